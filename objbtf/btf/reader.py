@@ -1,0 +1,154 @@
+"""Read raw BTF bytes (a .BTF section or a .btf file) into a ``Btf``."""
+from __future__ import annotations
+
+import struct
+
+from .errors import BtfError
+from .kinds import Kind, extra_len
+from .strings import StringReader
+from .types import Btf, BtfType, Enumerator, Member, Param, VarSecinfo
+
+_HEADER = struct.Struct('<HBBIIIII')
+
+
+def byteorder_of(data: bytes) -> str:
+    """'little' or 'big' from the magic, or raise BtfError."""
+    if len(data) < 4:
+        raise BtfError('too short for a BTF header')
+    if data[0:2] == b'\x9f\xeb':
+        return 'little'
+    if data[0:2] == b'\xeb\x9f':
+        return 'big'
+    raise BtfError(f'bad magic 0x{data[0]:02x}{data[1]:02x}, not BTF')
+
+
+def read_header(data: bytes) -> tuple[str, int, int, int, int, int]:
+    """(byteorder, hdr_len, type_off, type_len, str_off, str_len) of a blob."""
+    order = byteorder_of(data)
+    fmt = ('<' if order == 'little' else '>') + 'HBBIIIII'
+    if len(data) < struct.calcsize(fmt):
+        raise BtfError('too short for a BTF header')
+    magic, version, _flags, hdr_len, type_off, type_len, str_off, str_len = \
+        struct.unpack_from(fmt, data)
+    if version != 1:
+        raise BtfError(f'unsupported BTF version {version}')
+    if hdr_len < 24 or hdr_len > len(data):
+        raise BtfError(f'bad header length {hdr_len}')
+    end = len(data) - hdr_len
+    if type_off + type_len > end or str_off + str_len > end:
+        raise BtfError(f'sections run past the end of the data '
+                       f'(types {type_off}+{type_len}, strings {str_off}+{str_len}, '
+                       f'{end} bytes after the header)')
+    return order, hdr_len, type_off, type_len, str_off, str_len
+
+
+def blob_size(data: bytes, pos: int = 0) -> int:
+    """Total length of the BTF blob starting at ``pos`` (header + sections)."""
+    _, hdr_len, type_off, type_len, str_off, str_len = read_header(data[pos:])
+    return hdr_len + max(type_off + type_len, str_off + str_len)
+
+
+def parse_btf(data: bytes, base: Btf | None = None) -> Btf:
+    """Parse a BTF blob; with ``base`` it is split BTF on top of it."""
+    order, hdr_len, type_off, type_len, str_off, str_len = read_header(data)
+    e = '<' if order == 'little' else '>'
+    body = hdr_len
+    strdata = data[body + str_off: body + str_off + str_len]
+    if base is not None and base.strings is None:
+        raise BtfError('the base BTF was not read from bytes')
+    if strdata[:1] not in (b'', b'\0') and base is None:
+        raise BtfError('the string section does not start with NUL')
+    strings = StringReader(strdata, base.strings if base is not None else None)
+    btf = Btf(base=base, byteorder=order, strings=strings)
+    _parse_types(btf, data[body + type_off: body + type_off + type_len], e, strings)
+    return btf
+
+
+def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader) -> None:
+    head = struct.Struct(e + 'III')
+    u32 = struct.Struct(e + 'I')
+    i32 = struct.Struct(e + 'i')
+    triple = struct.Struct(e + 'III')
+    pair = struct.Struct(e + 'II')
+    pos = 0
+    n = len(tdata)
+    add = btf.types.append
+    while pos < n:
+        if pos + 12 > n:
+            raise BtfError(f'type {btf.next_id} truncated at byte {pos}')
+        name_off, info, st = head.unpack_from(tdata, pos)
+        pos += 12
+        kind_no = (info >> 24) & 0x1f
+        vlen = info & 0xffff
+        kflag = info >> 31
+        try:
+            kind = Kind(kind_no)
+        except ValueError:
+            raise BtfError(f'type {btf.next_id} has unknown kind {kind_no}') from None
+        try:
+            t = BtfType(kind, name(name_off), kflag=kflag)
+        except ValueError as err:
+            raise BtfError(f'type {btf.next_id}: {err}') from None
+        need = extra_len(kind, vlen)
+        if pos + need > n:
+            raise BtfError(f'type {btf.next_id} ({kind.name}) truncated')
+        if kind in (Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC,
+                    Kind.FLOAT, Kind.ENUM64):
+            t.size = st
+        else:
+            t.type = st
+        if vlen and kind not in _VLEN_KINDS:
+            raise BtfError(f'type {btf.next_id} ({kind.name}): vlen {vlen} must be 0')
+        if kind is Kind.INT:
+            (v,) = u32.unpack_from(tdata, pos)
+            if v & 0xf000ff00:
+                raise BtfError(f'type {btf.next_id} (INT): reserved bits set in 0x{v:08x}')
+            t.encoding, t.bit_offset, t.bits = (v >> 24) & 0x0f, (v >> 16) & 0xff, v & 0xff
+        elif kind is Kind.ARRAY:
+            t.type, t.index_type, t.nelems = triple.unpack_from(tdata, pos)
+        elif kind in (Kind.STRUCT, Kind.UNION):
+            ms = []
+            for j in range(vlen):
+                mn, mt, mo = triple.unpack_from(tdata, pos + 12 * j)
+                if kflag:
+                    ms.append(Member(name(mn), mt, mo & 0xffffff, mo >> 24))
+                else:
+                    ms.append(Member(name(mn), mt, mo, 0))
+            t.items = tuple(ms)
+        elif kind is Kind.ENUM:
+            vals = []
+            for j in range(vlen):
+                en, ev = pair.unpack_from(tdata, pos + 8 * j)
+                if kflag and ev >= 1 << 31:
+                    ev -= 1 << 32
+                vals.append(Enumerator(name(en), ev))
+            t.items = tuple(vals)
+        elif kind is Kind.ENUM64:
+            vals = []
+            for j in range(vlen):
+                en, lo, hi = triple.unpack_from(tdata, pos + 12 * j)
+                ev = hi << 32 | lo
+                if kflag and ev >= 1 << 63:
+                    ev -= 1 << 64
+                vals.append(Enumerator(name(en), ev))
+            t.items = tuple(vals)
+        elif kind is Kind.FUNC_PROTO:
+            t.items = tuple(Param(name(pn), pt) for pn, pt in
+                            (pair.unpack_from(tdata, pos + 8 * j) for j in range(vlen)))
+        elif kind is Kind.FUNC:
+            t.linkage = vlen
+        elif kind is Kind.VAR:
+            (t.linkage,) = u32.unpack_from(tdata, pos)
+        elif kind is Kind.DATASEC:
+            t.items = tuple(VarSecinfo(*triple.unpack_from(tdata, pos + 12 * j))
+                            for j in range(vlen))
+        elif kind is Kind.DECL_TAG:
+            (t.component_idx,) = i32.unpack_from(tdata, pos)
+        pos += need
+        add(t)
+
+
+_VLEN_KINDS = frozenset({Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.ENUM64,
+                         Kind.FUNC_PROTO, Kind.DATASEC, Kind.FUNC})
+
+

@@ -1,0 +1,1198 @@
+"""Check BTF the way the Linux kernel's verifier does (kernel/bpf/btf.c).
+
+The kernel checks BTF in passes and rejects a blob at the first problem:
+
+1. the header and the section layout (``btf_parse_hdr``, ``btf_parse_str_sec``);
+2. every type on its own (``btf_check_all_metas``): names, flags, sizes;
+3. references (``btf_check_all_types``): a depth-first walk with an explicit
+   stack of at most 32 entries that detects loops, gives every modifier, array
+   and variable a resolved target and size, and checks struct members against
+   their types and function prototypes against their arguments;
+4. type tags precede the other modifiers (``btf_check_type_tags``).
+
+This module repeats those rules: where the kernel's verdict depends on the
+order of its walk (depth and loops), the walk is the same.  The rules are
+Linux 6.1's (the reference kernel), which newer kernels keep, plus those that
+newer kernels added.  Two rules were relaxed after 6.1: DATASEC names may be
+any printable text (6.1: identifiers) and TYPE_TAG and DECL_TAG may carry
+kind_flag (6.13, for attribute tags, which recent vmlinux BTF has).  They
+follow the newer kernels unless ``linux_6_1`` asks for the old ones.
+
+``validate`` checks the in-memory model; ``validate_bytes`` checks a raw blob,
+including what the model cannot express (header, layout, reserved bits, name
+offsets).  Names are checked byte by byte with the kernel's ``ctype`` table,
+which counts Latin-1 letters as letters.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from .errors import BtfError
+from .kinds import (BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, MAX_RESOLVE_DEPTH,
+                    MODIFIER_KINDS, SIZED_KINDS, Kind, extra_len)
+from .types import Btf, BtfType, Enumerator, Member, Param, VarSecinfo, VOID
+
+BTF_MAX_SIZE = 16 * 1024 * 1024
+BTF_MAX_TYPE = 0xfffff
+BTF_MAX_NAME_OFFSET = 0xffffff
+#: Longest name the kernel accepts (KSYM_NAME_LEN since Linux 6.1).
+MAX_NAME_BYTES = 512
+
+_U32 = 0xffffffff
+_INFO_MASK = 0x9f00ffff
+_INT_DATA_MASK = 0x0fffffff
+_BITS_PER_U128 = 128
+
+# The kernel's isalpha/isalnum/isprint (lib/ctype.c): Latin-1 letters count.
+_ALPHA = rb'A-Za-z\xc0-\xd6\xd8-\xf6\xf8-\xff'
+_IDENTIFIER = re.compile(rb'[%s_.][%s0-9_.]{0,%d}' % (_ALPHA, _ALPHA, MAX_NAME_BYTES - 1))
+_SECTION_NAME = re.compile(rb'[\x20-\x7e\xa0-\xff]{1,%d}' % MAX_NAME_BYTES)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One rule a BTF blob breaks; ``type_id`` is None for header and layout rules."""
+    type_id: int | None
+    kind: str
+    name: str
+    message: str
+
+    def __str__(self) -> str:
+        if self.type_id is None:
+            return f'BTF: {self.message}'
+        return f"type [{self.type_id}] {self.kind} '{self.name or '(anon)'}': {self.message}"
+
+
+def validate(btf: Btf, linux_6_1: bool = False) -> list[Problem]:
+    """Problems the kernel would find in ``btf`` (empty when it would load).
+
+    Every type gets its own checks; when they all pass, references are
+    resolved, which like the kernel stops at the first problem.  Split BTF is
+    checked on top of its base, whose types count as already checked.
+    ``linux_6_1`` adds the rules that kernels after 6.1 relaxed.
+    """
+    return _Checker(btf, 'utf-8', linux_6_1).run()
+
+
+def first_problem(btf: Btf, linux_6_1: bool = False) -> Problem | None:
+    """The first problem ``validate`` finds, or None."""
+    problems = validate(btf, linux_6_1)
+    return problems[0] if problems else None
+
+
+def validate_bytes(data: bytes, base: Btf | None = None,
+                   linux_6_1: bool = False) -> list[Problem]:
+    """Problems the kernel would find in a raw BTF blob (split on ``base`` if given).
+
+    The blob may be in either byte order: it is checked as the kernel of an
+    architecture with that byte order would check it.
+    """
+    problems, header = _check_layout(data, split=base is not None)
+    if header is None:
+        return problems
+    btf, problems, complete = _RawReader(data, header, base).read()
+    if not complete:
+        return problems
+    checker = _Checker(btf, 'latin-1', linux_6_1)
+    problems = sorted(problems + checker.check_metas(), key=lambda p: p.type_id or 0)
+    return problems or checker.check_references()
+
+
+# ---------------------------------------------------------------------------
+# Header and sections (btf_parse_hdr, btf_check_sec_info, btf_parse_str_sec)
+
+@dataclass(frozen=True)
+class _Header:
+    order: str
+    hdr_len: int
+    type_off: int
+    type_len: int
+    str_off: int
+    str_len: int
+
+
+def _layout_problem(message: str) -> tuple[list[Problem], None]:
+    return [Problem(None, '', '', message)], None
+
+
+def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], _Header | None]:
+    """The kernel's header and section checks; a header when they pass."""
+    size = len(data)
+    if size > BTF_MAX_SIZE:
+        return _layout_problem(f'{size} bytes, more than the {BTF_MAX_SIZE} the kernel takes')
+    if size < 8:
+        return _layout_problem(f'{size} bytes, too short to hold a header length')
+    order = {b'\x9f\xeb': '<', b'\xeb\x9f': '>'}.get(bytes(data[:2]))
+    if order is None:
+        return _layout_problem(f'bad magic {bytes(data[:2]).hex()}')
+    (hdr_len,) = struct.unpack_from(order + 'I', data, 4)
+    if hdr_len > size:
+        return _layout_problem(f'header length {hdr_len} runs past the {size} bytes of data')
+    if hdr_len > BTF_HEADER_LEN and any(data[BTF_HEADER_LEN:hdr_len]):
+        return _layout_problem(f'header length {hdr_len}: bytes past the {BTF_HEADER_LEN} '
+                               'the kernel knows must be zero')
+    # The kernel copies min(hdr_len, 24) bytes into a zeroed header.
+    head = bytes(data[:min(hdr_len, BTF_HEADER_LEN)]).ljust(BTF_HEADER_LEN, b'\0')
+    magic, version, flags, _, type_off, type_len, str_off, str_len = \
+        struct.unpack(order + 'HBBIIIII', head)
+    if magic != BTF_MAGIC:
+        return _layout_problem(f'bad magic {magic:#06x} within header length {hdr_len}')
+    if version != BTF_VERSION:
+        return _layout_problem(f'version {version}, only {BTF_VERSION} is supported')
+    if flags:
+        return _layout_problem(f'flags {flags:#x}, must be 0')
+    if not split and size == hdr_len:
+        return _layout_problem('no data after the header')
+    header = _Header(order, hdr_len, type_off, type_len, str_off, str_len)
+    message = (_sections_problem(header, size - hdr_len) or _strings_problem(data, header, split)
+               or _types_problem(header, split))
+    if message:
+        return _layout_problem(message)
+    return [], header
+
+
+def _sections_problem(h: _Header, expected: int) -> str | None:
+    """Sections must tile the data after the header: no gap, no overlap."""
+    secs = [('type', h.type_off, h.type_len), ('string', h.str_off, h.str_len)]
+    if _sec_cmp(secs[0], secs[1]) > 0:
+        secs.reverse()
+    total = 0
+    for what, off, length in secs:
+        if off > expected:
+            return f'{what} section offset {off} past the {expected} bytes after the header'
+        if off > total:
+            return f'gap of {off - total} bytes before the {what} section'
+        if off < total:
+            return f'{what} section at {off} overlaps the section before it (ending at {total})'
+        if length > expected - total:
+            return f'{what} section ({length} bytes at {off}) runs past the end of the data'
+        total += length
+    if total != expected:
+        return f'{expected - total} bytes after the last section'
+    return None
+
+
+def _sec_cmp(x: tuple[str, int, int], y: tuple[str, int, int]) -> int:
+    """The kernel's comparator: differences taken as signed 32-bit ints."""
+    def s32(v: int) -> int:
+        v &= _U32
+        return v - (1 << 32) if v >= 1 << 31 else v
+    return s32(x[1] - y[1]) or s32(x[2] - y[2])
+
+
+def _strings_problem(data: bytes, h: _Header, split: bool) -> str | None:
+    start = h.hdr_len + h.str_off
+    end = start + h.str_len
+    if end != len(data):
+        return 'the string section is not the last section'
+    if split and not h.str_len:
+        return None
+    if not h.str_len:
+        return 'the string section is empty'
+    if h.str_len - 1 > BTF_MAX_NAME_OFFSET:
+        return f'the string section has {h.str_len} bytes, more than names can address'
+    if data[end - 1]:
+        return 'the string section does not end with NUL'
+    if not split and data[start]:
+        return 'the string section does not start with NUL'
+    return None
+
+
+def _types_problem(h: _Header, split: bool) -> str | None:
+    if h.type_off % 4:
+        return f'type section offset {h.type_off} is not 4-byte aligned'
+    if not split and not h.type_len:
+        return 'no types'
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Raw types: what the model cannot hold (btf_check_meta and the raw fields)
+
+_NO_VLEN_KINDS = frozenset({Kind.INT, Kind.PTR, Kind.ARRAY, Kind.FWD, Kind.TYPEDEF,
+                            Kind.VOLATILE, Kind.CONST, Kind.RESTRICT, Kind.VAR,
+                            Kind.FLOAT, Kind.DECL_TAG, Kind.TYPE_TAG})
+#: Kinds whose own name the kernel never looks at.
+_UNCHECKED_NAME_KINDS = frozenset({Kind.INT, Kind.FLOAT})
+
+
+class _RawReader:
+    """Reads a type section the way the kernel's first pass walks it.
+
+    Names are decoded as Latin-1 so that their bytes survive for the name
+    rules.  Problems of fields the model drops (reserved bits, vlen of kinds
+    without members, an ARRAY's size, bad or empty-but-non-zero name offsets)
+    are reported here.
+    """
+
+    def __init__(self, data: bytes, h: _Header, base: Btf | None):
+        self.e = h.order
+        start = h.hdr_len + h.type_off
+        self.tdata = bytes(data[start:start + h.type_len])
+        sstart = h.hdr_len + h.str_off
+        self.strings = bytes(data[sstart:sstart + h.str_len])
+        self.base = base
+        self.base_strings = _base_string_bytes(base)
+        self.problems: list[Problem] = []
+
+    def read(self) -> tuple[Btf, list[Problem], bool]:
+        """(model, problems, whether the whole section could be walked)."""
+        types: list[BtfType] = []
+        type_id = self.base.next_id if self.base is not None else 1
+        pos, end = 0, len(self.tdata)
+        head = struct.Struct(self.e + 'III')
+        while pos < end:
+            if type_id > BTF_MAX_TYPE - 1:
+                self._add(type_id, '', '', f'more than {BTF_MAX_TYPE - 1} types')
+                return self._model(types), self.problems, False
+            if end - pos < head.size:
+                self._add(type_id, '', '', f'truncated: {end - pos} bytes left for a type')
+                return self._model(types), self.problems, False
+            name_off, info, st = head.unpack_from(self.tdata, pos)
+            kind_no, vlen = (info >> 24) & 0x1f, info & 0xffff
+            if not Kind.INT <= kind_no <= Kind.ENUM64:
+                self._add(type_id, '', '', f'unknown kind {kind_no}')
+                return self._model(types), self.problems, False
+            kind = Kind(kind_no)
+            need = extra_len(kind, vlen)
+            if end - pos - head.size < need:
+                self._add(type_id, kind.name, '', f'truncated: needs {need} more bytes')
+                return self._model(types), self.problems, False
+            t = BtfType(kind, self._name(type_id, kind, name_off), kflag=info >> 31)
+            self._raw_fields(type_id, t, info, st)
+            self._body(type_id, t, st, vlen, pos + head.size)
+            types.append(t)
+            pos += head.size + need
+            type_id += 1
+        return self._model(types), self.problems, True
+
+    def _model(self, types: list[BtfType]) -> Btf:
+        if self.base is not None:
+            return Btf(types=types, base=self.base)
+        return Btf(types=[VOID, *types])
+
+    def _add(self, type_id: int, kind: str, name: str, message: str) -> None:
+        display = name.encode('latin-1').decode('utf-8', 'replace')
+        self.problems.append(Problem(type_id, kind, display, message))
+
+    def _raw_fields(self, type_id: int, t: BtfType, info: int, st: int) -> None:
+        kind = t.kind
+        message = None
+        if info & ~_INFO_MASK:
+            message = f'reserved bits set in info {info:#010x}'
+        elif kind in _NO_VLEN_KINDS and info & 0xffff:
+            message = f'vlen {info & 0xffff}, must be 0'
+        elif kind is Kind.ARRAY and st:
+            message = f'size {st}, must be 0'
+        if message:
+            self._add(type_id, kind.name, t.name, message)
+        if kind in SIZED_KINDS:
+            t.size = st
+        else:
+            t.type = st
+
+    def _string(self, off: int) -> bytes | None:
+        """The bytes of the name at ``off``, or None when it is out of range."""
+        if off > BTF_MAX_NAME_OFFSET:
+            return None
+        base_len = len(self.base_strings)
+        if off < base_len:
+            data, pos = self.base_strings, off
+        else:
+            data, pos = self.strings, off - base_len
+            if pos >= len(data):
+                return None
+        return data[pos:data.index(b'\0', pos)]
+
+    def _name(self, type_id: int, kind: Kind, off: int, what: str = 'name') -> str:
+        raw = self._string(off)
+        if raw is None:
+            self._add(type_id, kind.name, '', f'{what} offset {off} is outside the string section')
+            return ''
+        if off and not raw and not (what == 'name' and kind in _UNCHECKED_NAME_KINDS):
+            self._add(type_id, kind.name, '', f'{what} offset {off} points to an empty '
+                      'string; no name is offset 0')
+        return raw.decode('latin-1')
+
+    def _body(self, type_id: int, t: BtfType, st: int, vlen: int, pos: int) -> None:
+        e, data, kind = self.e, self.tdata, t.kind
+        if kind is Kind.INT:
+            (v,) = struct.unpack_from(e + 'I', data, pos)
+            if v & ~_INT_DATA_MASK:
+                self._add(type_id, kind.name, t.name, f'reserved bits set in int data {v:#010x}')
+            t.encoding, t.bit_offset, t.bits = (v >> 24) & 0x0f, (v >> 16) & 0xff, v & 0xff
+        elif kind is Kind.ARRAY:
+            t.type, t.index_type, t.nelems = struct.unpack_from(e + 'III', data, pos)
+        elif kind in (Kind.STRUCT, Kind.UNION):
+            t.items = tuple(self._members(type_id, t, vlen, pos))
+        elif kind in (Kind.ENUM, Kind.ENUM64):
+            t.items = tuple(self._enumerators(type_id, t, vlen, pos))
+        elif kind is Kind.FUNC_PROTO:
+            words = struct.unpack_from(e + f'{2 * vlen}I', data, pos)
+            t.items = tuple(Param(self._name(type_id, kind, n, 'parameter name'), pt)
+                            for n, pt in zip(words[::2], words[1::2]))
+        elif kind is Kind.FUNC:
+            t.linkage = vlen
+        elif kind is Kind.VAR:
+            (t.linkage,) = struct.unpack_from(e + 'I', data, pos)
+        elif kind is Kind.DATASEC:
+            words = struct.unpack_from(e + f'{3 * vlen}I', data, pos)
+            t.items = tuple(VarSecinfo(*words[i:i + 3]) for i in range(0, len(words), 3))
+        elif kind is Kind.DECL_TAG:
+            (t.component_idx,) = struct.unpack_from(e + 'i', data, pos)
+
+    def _members(self, type_id: int, t: BtfType, vlen: int, pos: int) -> list[Member]:
+        words = struct.unpack_from(self.e + f'{3 * vlen}I', self.tdata, pos)
+        members = []
+        for i in range(0, len(words), 3):
+            name = self._name(type_id, t.kind, words[i], 'member name')
+            off = words[i + 2]
+            if t.kflag:
+                members.append(Member(name, words[i + 1], off & 0xffffff, off >> 24))
+            else:
+                members.append(Member(name, words[i + 1], off, 0))
+        return members
+
+    def _enumerators(self, type_id: int, t: BtfType, vlen: int, pos: int) -> list[Enumerator]:
+        wide = t.kind is Kind.ENUM64
+        words = struct.unpack_from(self.e + f'{(3 if wide else 2) * vlen}I', self.tdata, pos)
+        step, bits = (3, 64) if wide else (2, 32)
+        values = []
+        for i in range(0, len(words), step):
+            value = words[i + 2] << 32 | words[i + 1] if wide else words[i + 1]
+            if t.kflag and value >= 1 << (bits - 1):
+                value -= 1 << bits
+            values.append(Enumerator(self._name(type_id, t.kind, words[i], 'value name'), value))
+        return values
+
+
+def _base_string_bytes(base: Btf | None) -> bytes:
+    """All string bytes of a base chain, as split BTF's name offsets see them."""
+    if base is None:
+        return b''
+    if base.strings is None:
+        raise BtfError('split BTF can only be checked on a base read from bytes')
+    parts = []
+    reader = base.strings
+    while reader is not None:
+        parts.append(reader.data)
+        reader = reader.base
+    return b''.join(reversed(parts))
+
+
+# ---------------------------------------------------------------------------
+# The model: per-type rules and reference resolution
+
+_NOT_VISITED, _VISITED, _RESOLVED = 0, 1, 2
+_MODE_TBD, _MODE_PTR, _MODE_STRUCT = 0, 1, 2
+
+_STRUCTS = frozenset({Kind.STRUCT, Kind.UNION})
+_NEEDS_RESOLVE = MODIFIER_KINDS | {Kind.PTR, Kind.STRUCT, Kind.UNION, Kind.ARRAY,
+                                   Kind.VAR, Kind.FUNC, Kind.DECL_TAG, Kind.DATASEC}
+#: Types that may only start a resolution, never be referred to by one.
+_SOURCE_ONLY = frozenset({Kind.VAR, Kind.DECL_TAG, Kind.DATASEC})
+_NO_SIZE = frozenset({Kind.UNKN, Kind.FWD, Kind.FUNC, Kind.FUNC_PROTO, Kind.DECL_TAG})
+_DECL_TAG_TARGETS = frozenset({Kind.FUNC, Kind.STRUCT, Kind.UNION, Kind.VAR, Kind.TYPEDEF})
+_PTR_SIZE = 8
+
+
+class _Reject(Exception):
+    """A rule broken while resolving ``type_id``."""
+
+    def __init__(self, type_id: int, message: str):
+        super().__init__(message)
+        self.type_id = type_id
+        self.message = message
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _Loop(Exception):
+    def __init__(self, type_id: int):
+        super().__init__(type_id)
+        self.type_id = type_id
+
+
+def _all_types(btf: Btf) -> list[BtfType]:
+    """Every type by id, base types included, void at 0."""
+    if btf.base is None:
+        return btf.types
+    return _all_types(btf.base) + btf.types
+
+
+class _Checker:
+    """The kernel's checks on a model, with its resolution state."""
+
+    def __init__(self, btf: Btf, encoding: str, linux_6_1: bool):
+        self.btf = btf
+        self.encoding = encoding
+        self.linux_6_1 = linux_6_1
+        self.types = _all_types(btf)
+        self.total = len(self.types)
+        self.first = btf.start_id
+        # The kernel's start_id: 0 for base BTF, whose void is then never
+        # "resolved"; the first own id for split BTF.
+        self.kstart = 0 if btf.base is None else self.first
+        self._identifiers: dict[str, bool] = {}
+        self._base_sizes: dict[int, int] = {}
+
+    def run(self) -> list[Problem]:
+        return self.check_metas() or self.check_references()
+
+    def problem(self, type_id: int, message: str) -> Problem:
+        t = self.types[type_id]
+        name = t.name
+        if self.encoding != 'utf-8':
+            name = name.encode(self.encoding, 'replace').decode('utf-8', 'replace')
+        return Problem(type_id, t.kind.name, name, message)
+
+    def describe(self, type_id: int) -> str:
+        t = self.get(type_id)
+        if t is None:
+            return f'missing type [{type_id}]'
+        if t.kind is Kind.UNKN:
+            return 'void'
+        return f"[{type_id}] {t.kind.name} '{t.name or '(anon)'}'"
+
+    # -- pass 2: every type on its own ------------------------------------
+
+    def check_metas(self) -> list[Problem]:
+        if self.total > BTF_MAX_TYPE:
+            return [Problem(None, '', '', f'{self.total - 1} types, more than the '
+                            f'{BTF_MAX_TYPE - 1} BTF can number')]
+        problems = []
+        for type_id in range(self.first, self.total):
+            t = self.types[type_id]
+            message = _unencodable(t) or _META[t.kind](self, t)
+            if message:
+                problems.append(self.problem(type_id, message))
+        return problems
+
+    def identifier(self, name: str) -> bool:
+        ok = self._identifiers.get(name)
+        if ok is None:
+            raw = name.encode(self.encoding, 'replace')
+            ok = self._identifiers[name] = _IDENTIFIER.fullmatch(raw) is not None
+        return ok
+
+    def named(self, t: BtfType, what: str = 'name') -> str | None:
+        if not t.name:
+            return f'needs a {what}'
+        if not self.identifier(t.name):
+            return f'{what} {t.name!r} is not a valid identifier'
+        return None
+
+    def optionally_named(self, t: BtfType) -> str | None:
+        return self.named(t) if t.name else None
+
+    def section_named(self, t: BtfType) -> str | None:
+        if self.linux_6_1:
+            return self.named(t)
+        if not t.name:
+            return 'needs a name'
+        if not _SECTION_NAME.fullmatch(t.name.encode(self.encoding, 'replace')):
+            return f'name {t.name!r} is not printable text of at most {MAX_NAME_BYTES} bytes'
+        return None
+
+    def tag_kflag(self, t: BtfType) -> str | None:
+        """Tags may carry kind_flag (attribute tags) since Linux 6.13."""
+        return _no_kflag(t) if self.linux_6_1 else None
+
+    # -- pass 3: references (btf_check_all_types) --------------------------
+
+    def check_references(self) -> list[Problem]:
+        self.state = bytearray(self.total)
+        self.rid = [0] * self.total
+        self.rsize = [0] * self.total
+        self.stack: list[list[int]] = []
+        self.mode = _MODE_TBD
+        try:
+            for type_id in range(self.first, self.total):
+                t = self.types[type_id]
+                if t.kind in _NEEDS_RESOLVE and not self.resolved(type_id):
+                    self.resolve(type_id)
+                if t.kind is Kind.FUNC_PROTO:
+                    self.check_func_proto(type_id, t)
+            self.check_type_tags()
+        except _Reject as r:
+            return [self.problem(r.type_id, r.message)]
+        return []
+
+    def get(self, type_id: int) -> BtfType | None:
+        return self.types[type_id] if 0 <= type_id < self.total else None
+
+    def resolved(self, type_id: int) -> bool:
+        return type_id < self.kstart or self.state[type_id] == _RESOLVED
+
+    def sink(self, t: BtfType) -> bool:
+        """Whether the walk in its current mode stops at ``t``."""
+        k = t.kind
+        if self.mode == _MODE_TBD:
+            return k not in _NEEDS_RESOLVE
+        if self.mode == _MODE_PTR:
+            return k not in MODIFIER_KINDS and k is not Kind.PTR
+        return k not in MODIFIER_KINDS and k is not Kind.ARRAY and k not in _STRUCTS
+
+    def push(self, type_id: int) -> None:
+        if len(self.stack) == MAX_RESOLVE_DEPTH:
+            raise _TooDeep()
+        if type_id < self.kstart or self.state[type_id] != _NOT_VISITED:
+            raise _Loop(type_id)
+        self.state[type_id] = _VISITED
+        self.stack.append([type_id, 0])
+        if self.mode == _MODE_TBD:
+            k = self.types[type_id].kind
+            if k is Kind.PTR:
+                self.mode = _MODE_PTR
+            elif k in _STRUCTS or k is Kind.ARRAY:
+                self.mode = _MODE_STRUCT
+
+    def pop(self, resolved_id: int, resolved_size: int) -> None:
+        type_id = self.stack.pop()[0]
+        self.state[type_id] = _RESOLVED
+        self.rid[type_id] = resolved_id
+        self.rsize[type_id] = resolved_size & _U32
+
+    def resolved_id(self, type_id: int) -> int:
+        if type_id >= self.kstart:
+            return self.rid[type_id]
+        t = self.types[type_id]
+        if t.kind in MODIFIER_KINDS or t.kind in (Kind.VAR, Kind.PTR, Kind.ARRAY):
+            return self.skip_modifiers(t.type)
+        return t.type if t.kind in (Kind.FUNC, Kind.DECL_TAG) else 0
+
+    def resolved_size(self, type_id: int) -> int:
+        if type_id >= self.kstart:
+            return self.rsize[type_id]
+        size = self._base_sizes.get(type_id)
+        if size is None:
+            t = self.types[type_id]
+            elem = self.id_size(t.type) if t.kind is Kind.ARRAY else None
+            size = self._base_sizes[type_id] = (elem[1] * t.nelems) & _U32 if elem else 0
+        return size
+
+    def skip_modifiers(self, type_id: int) -> int:
+        """A base type's target past modifiers, as a resolved base would record it."""
+        for _ in range(MAX_RESOLVE_DEPTH):
+            t = self.get(type_id)
+            if t is None or t.kind not in MODIFIER_KINDS:
+                break
+            type_id = t.type
+        return type_id
+
+    def id_size(self, type_id: int) -> tuple[int, int] | None:
+        """(id, size) of the sized type ``type_id`` stands for (btf_type_id_size)."""
+        t = self.get(type_id)
+        if t is None or t.kind in _NO_SIZE:
+            return None
+        size = self._own_size(type_id, t)
+        if size is not None:
+            return type_id, size
+        if t.kind not in MODIFIER_KINDS and t.kind is not Kind.VAR:
+            return None
+        type_id = self.resolved_id(type_id)
+        t = self.get(type_id)
+        if t is None or t.kind in _NO_SIZE:
+            return None
+        size = self._own_size(type_id, t)
+        return None if size is None else (type_id, size)
+
+    def _own_size(self, type_id: int, t: BtfType) -> int | None:
+        if t.kind in SIZED_KINDS:
+            return t.size
+        if t.kind is Kind.ARRAY:
+            return self.resolved_size(type_id)
+        if t.kind is Kind.PTR:
+            return _PTR_SIZE
+        return None
+
+    def resolve(self, root: int) -> None:
+        """Resolve ``root`` and what it needs, depth first (btf_resolve)."""
+        self.mode = _MODE_TBD
+        self.push(root)
+        try:
+            while self.stack:
+                top = self.stack[-1]
+                _RESOLVE[self.types[top[0]].kind](self, top)
+        except _TooDeep:
+            raise _Reject(root, f'references nest deeper than {MAX_RESOLVE_DEPTH} types '
+                          '(or loop)') from None
+        except _Loop as loop:
+            raise _Reject(root, f'reference loop through {self.describe(loop.type_id)}') from None
+        if not self.resolve_valid(root):
+            raise _Reject(root, 'resolves to an invalid state')
+
+    def resolve_valid(self, type_id: int) -> bool:
+        t = self.types[type_id]
+        if not self.resolved(type_id):
+            return False
+        if t.kind in _STRUCTS or t.kind is Kind.DATASEC:
+            return not self.rid[type_id] and not self.rsize[type_id]
+        if t.kind in (Kind.DECL_TAG, Kind.FUNC):
+            return bool(self.rid[type_id]) and not self.rsize[type_id]
+        if t.kind in MODIFIER_KINDS or t.kind in (Kind.PTR, Kind.VAR):
+            target = self.get(self.rid[type_id])
+            return target is not None and target.kind not in MODIFIER_KINDS \
+                and target.kind not in (Kind.VAR, Kind.DATASEC)
+        if t.kind is Kind.ARRAY:
+            elem = self.id_size(t.type)
+            return elem is not None and self.types[elem[0]].kind not in MODIFIER_KINDS \
+                and (t.nelems * elem[1]) & _U32 == self.rsize[type_id]
+        return False
+
+    # -- resolve steps, one per kind; each pushes a dependency or pops ----
+
+    def resolve_reference(self, top: list[int], follow_ptr: bool, need_size: bool) -> None:
+        """PTR, modifiers and VAR (btf_ptr_resolve, btf_modifier_resolve, btf_var_resolve)."""
+        type_id = top[0]
+        next_id = self.types[type_id].type
+        next_t = self.get(next_id)
+        if next_t is None or next_t.kind in _SOURCE_ONLY:
+            raise _Reject(type_id, f'refers to {self.describe(next_id)}')
+        if not self.sink(next_t) and not self.resolved(next_id):
+            self.push(next_id)
+            return
+        if follow_ptr and next_t.kind in MODIFIER_KINDS:
+            target = self.resolved_id(next_id)
+            target_t = self.get(target)
+            if target_t is not None and target_t.kind is Kind.PTR and not self.sink(target_t) \
+                    and not self.resolved(target):
+                self.push(target)
+                return
+        sized = self.id_size(next_id)
+        if sized is not None:
+            self.pop(sized[0], 0)
+            return
+        if need_size:
+            raise _Reject(type_id, f'refers to {self.describe(next_id)}, which has no size')
+        if self.resolved(next_id):
+            next_id = self.resolved_id(next_id)
+            next_t = self.get(next_id)
+        if next_t is None or next_t.kind not in (Kind.UNKN, Kind.FWD, Kind.FUNC_PROTO):
+            raise _Reject(type_id, f'refers to {self.describe(next_id)}, which has no size')
+        self.pop(next_id, 0)
+
+    def needs_first(self, owner: int, what: str, ref: int) -> bool:
+        """Reject a reference to a type without size; push it if it must resolve first."""
+        rt = self.get(ref)
+        if rt is None or rt.kind in _NO_SIZE or rt.kind in _SOURCE_ONLY:
+            raise _Reject(owner, f'{what} refers to {self.describe(ref)}, which has no size')
+        if not self.sink(rt) and not self.resolved(ref):
+            self.push(ref)
+            return True
+        return False
+
+    def resolve_struct(self, top: list[int]) -> None:
+        type_id, start = top
+        t = self.types[type_id]
+        members = t.items
+        if start:
+            last = members[start - 1]
+            if not self.resolved(last.type):
+                raise _Reject(type_id, f"member '{last.name}' did not resolve")
+            self.check_member(type_id, t, last, self.types[last.type])
+        for i in range(start, len(members)):
+            m = members[i]
+            top[1] = i + 1
+            if self.needs_first(type_id, f"member '{m.name}'", m.type):
+                return
+            self.check_member(type_id, t, m, self.types[m.type])
+        self.pop(0, 0)
+
+    def resolve_array(self, top: list[int]) -> None:
+        type_id = top[0]
+        t = self.types[type_id]
+        if self.needs_first(type_id, 'index type', t.index_type):
+            return
+        index = self.id_size(t.index_type)
+        if index is None or self.types[index[0]].kind is not Kind.INT \
+                or not self.regular_int(index[0]):
+            raise _Reject(type_id, f'index type {self.describe(t.index_type)} is not a plain INT')
+        if self.needs_first(type_id, 'element type', t.type):
+            return
+        sized = self.id_size(t.type)
+        if sized is None:
+            raise _Reject(type_id, f'element type {self.describe(t.type)} has no size')
+        elem_id, elem_size = sized
+        if self.types[elem_id].kind is Kind.INT and not self.regular_int(elem_id):
+            raise _Reject(type_id, f'element type {self.describe(elem_id)} is a bitfield INT')
+        if t.nelems and elem_size > _U32 // t.nelems:
+            raise _Reject(type_id, f'{t.nelems} elements of {elem_size} bytes overflow 32 bits')
+        self.pop(elem_id, elem_size * t.nelems)
+
+    def resolve_func(self, top: list[int]) -> None:
+        type_id = top[0]
+        t = self.types[type_id]
+        proto = self.get(t.type)
+        if proto is None or proto.kind is not Kind.FUNC_PROTO:
+            raise _Reject(type_id, f'refers to {self.describe(t.type)}, not a FUNC_PROTO')
+        for i, p in enumerate(proto.items, 1):
+            if not p.name and p.type:
+                raise _Reject(type_id, f'argument #{i} of its FUNC_PROTO [{t.type}] has no name')
+        self.pop(t.type, 0)
+
+    def resolve_decl_tag(self, top: list[int]) -> None:
+        type_id = top[0]
+        t = self.types[type_id]
+        target = self.get(t.type)
+        if target is None or target.kind not in _DECL_TAG_TARGETS:
+            raise _Reject(type_id, f'tags {self.describe(t.type)}; only FUNC, STRUCT, '
+                          'UNION, VAR and TYPEDEF can be tagged')
+        if not self.sink(target) and not self.resolved(t.type):
+            self.push(t.type)
+            return
+        if t.component_idx != -1:
+            if target.kind in (Kind.VAR, Kind.TYPEDEF):
+                raise _Reject(type_id, f'component_idx {t.component_idx} on a {target.kind.name}')
+            if target.kind is Kind.FUNC:
+                target = self.get(target.type) or VOID
+            if t.component_idx >= len(target.items):
+                raise _Reject(type_id, f'component_idx {t.component_idx} past the '
+                              f'{len(target.items)} members or arguments of [{t.type}]')
+        self.pop(t.type, 0)
+
+    def resolve_datasec(self, top: list[int]) -> None:
+        type_id, start = top
+        t = self.types[type_id]
+        self.mode = _MODE_TBD
+        # Like the kernel, the entry whose VAR had to be resolved first is not
+        # checked again when the walk comes back (the loop resumes after it).
+        for i in range(start, len(t.items)):
+            entry = t.items[i]
+            var = self.get(entry.type)
+            if var is None or var.kind is not Kind.VAR:
+                raise _Reject(type_id, f'entry {i} refers to {self.describe(entry.type)}, not a VAR')
+            if not self.sink(var) and not self.resolved(entry.type):
+                top[1] = i + 1
+                self.push(entry.type)
+                return
+            sized = self.id_size(var.type)
+            if sized is None:
+                raise _Reject(type_id, f'entry {i}: the type of VAR [{entry.type}] has no size')
+            if entry.size < sized[1]:
+                raise _Reject(type_id, f'entry {i} (VAR [{entry.type}]) has size {entry.size}, '
+                              f'less than its type\'s {sized[1]}')
+        self.pop(0, 0)
+
+    # -- struct members against their types (check_member ops) ------------
+
+    def regular_int(self, type_id: int) -> bool:
+        """A plain integer: no bit offset, 8/16/32/64/128 bits (btf_type_int_is_regular)."""
+        t = self.types[type_id]
+        nbytes = (t.bits + 7) >> 3
+        return not t.bits % 8 and not t.bit_offset and nbytes in (1, 2, 4, 8, 16)
+
+    def check_member(self, sid: int, s: BtfType, m: Member, mt: BtfType) -> None:
+        k = mt.kind
+        if k in MODIFIER_KINDS:
+            sized = self.id_size(m.type)
+            if sized is None:
+                raise _Reject(sid, f"member '{m.name}' type {self.describe(m.type)} has no size")
+            self.check_member(sid, s, m._replace(type=sized[0]), self.types[sized[0]])
+            return
+        if s.kflag:
+            if k is Kind.INT:
+                return self.check_int_bitfield(sid, s, m, mt)
+            if k in (Kind.ENUM, Kind.ENUM64):
+                return self.check_enum_bitfield(sid, s, m)
+            if m.bitfield_size:
+                raise _Reject(sid, f"member '{m.name}' is a bitfield of a {k.name}")
+        check = _MEMBER_CHECKS.get(k)
+        if check is None:
+            raise _Reject(sid, f"member '{m.name}': a {k.name} cannot be a member")
+        message = check(self, s, m, mt)
+        if message:
+            raise _Reject(sid, f"member '{m.name}' {message}")
+
+    def check_int_bitfield(self, sid: int, s: BtfType, m: Member, it: BtfType) -> None:
+        if not self.regular_int(m.type):
+            raise _Reject(sid, f"member '{m.name}': bitfield base {self.describe(m.type)} "
+                          'is not a plain INT')
+        nbits = m.bitfield_size
+        if not nbits:
+            if m.bit_offset % 8:
+                raise _Reject(sid, f"member '{m.name}' at bit {m.bit_offset} is not byte aligned")
+            nbits = it.bits
+        elif nbits > it.bits:
+            raise _Reject(sid, f"member '{m.name}': bitfield of {nbits} bits is wider than "
+                          f'its base {self.describe(m.type)} ({it.bits} bits)')
+        message = _bits_fit(s.size, m.bit_offset, nbits)
+        if message:
+            raise _Reject(sid, f"member '{m.name}' {message}")
+
+    def check_enum_bitfield(self, sid: int, s: BtfType, m: Member) -> None:
+        nbits = m.bitfield_size
+        if not nbits:
+            if m.bit_offset % 8:
+                raise _Reject(sid, f"member '{m.name}' at bit {m.bit_offset} is not byte aligned")
+            nbits = 32      # the kernel takes sizeof(int) for ENUM64 too
+        elif nbits > 32:
+            raise _Reject(sid, f"member '{m.name}': enum bitfield of {nbits} bits is wider than 32")
+        if (m.bit_offset + nbits + 7) >> 3 > s.size:
+            raise _Reject(sid, f"member '{m.name}' ({nbits} bits at bit {m.bit_offset}) "
+                          f'runs past the struct size {s.size}')
+
+    # -- FUNC_PROTO arguments (btf_func_proto_check) -----------------------
+
+    def check_func_proto(self, type_id: int, t: BtfType) -> None:
+        if t.type:
+            ret = self.get(t.type)
+            if ret is None or ret.kind in _SOURCE_ONLY:
+                raise _Reject(type_id, f'returns {self.describe(t.type)}')
+            if ret.kind in _NEEDS_RESOLVE and not self.resolved(t.type):
+                self.resolve(t.type)
+            if self.id_size(t.type) is None:
+                raise _Reject(type_id, f'returns {self.describe(t.type)}, which has no size')
+        args = t.items
+        if args and not args[-1].type:
+            if args[-1].name:
+                raise _Reject(type_id, f'the varargs marker (last argument, type void) '
+                              f'is named {args[-1].name!r}')
+            args = args[:-1]
+        for i, p in enumerate(args, 1):
+            self.check_argument(type_id, i, p)
+
+    def check_argument(self, type_id: int, i: int, p: Param) -> None:
+        at = self.get(p.type)
+        if at is None or at.kind in _SOURCE_ONLY:
+            raise _Reject(type_id, f'argument #{i} has type {self.describe(p.type)}')
+        if p.name and not self.identifier(p.name):
+            raise _Reject(type_id, f'argument #{i} name {p.name!r} is not a valid identifier')
+        if at.kind in _NEEDS_RESOLVE and not self.resolved(p.type):
+            self.resolve(p.type)
+        if self.id_size(p.type) is None:
+            where = 'only the last argument may be void (varargs)' if not p.type else 'no size'
+            raise _Reject(type_id, f'argument #{i} has type {self.describe(p.type)}: {where}')
+
+    # -- pass 4: type tags first in modifier chains (btf_check_type_tags) --
+
+    def check_type_tags(self) -> None:
+        good_id = self.first - 1
+        for type_id in range(self.first, self.total):
+            t = self.types[type_id]
+            if t.kind not in MODIFIER_KINDS:
+                continue
+            in_tags = t.kind is Kind.TYPE_TAG
+            cur, limit = type_id, MAX_RESOLVE_DEPTH
+            while t.kind in MODIFIER_KINDS:
+                if not limit:
+                    raise _Reject(type_id, f'modifier chain longer than {MAX_RESOLVE_DEPTH}')
+                limit -= 1
+                if t.kind is Kind.TYPE_TAG and not in_tags:
+                    raise _Reject(type_id, f'TYPE_TAG [{cur}] follows another modifier; '
+                                  'type tags must come first')
+                in_tags = in_tags and t.kind is Kind.TYPE_TAG
+                if cur <= good_id:
+                    break
+                cur = t.type
+                t = self.get(cur)
+                if t is None:
+                    raise _Reject(type_id, f'modifier chain reaches missing type [{cur}]')
+            good_id = type_id
+
+
+def _bits_fit(struct_size: int, bit_offset: int, nbits: int) -> str | None:
+    """Whether ``nbits`` at ``bit_offset`` can be copied out of the struct."""
+    copy_bits = nbits + bit_offset % 8
+    if copy_bits > _BITS_PER_U128:
+        return f'({nbits} bits at bit {bit_offset}) spans more than 128 bits'
+    byte_off = bit_offset >> 3
+    if struct_size < byte_off or struct_size - byte_off < (copy_bits + 7) >> 3:
+        return f'({nbits} bits at bit {bit_offset}) runs past the struct size {struct_size}'
+    return None
+
+
+def _member_int(c: _Checker, s: BtfType, m: Member, it: BtfType) -> str | None:
+    if _U32 - m.bit_offset < it.bit_offset:
+        return f'bit offset {m.bit_offset} + {it.bit_offset} overflows 32 bits'
+    return _bits_fit(s.size, m.bit_offset + it.bit_offset, it.bits)
+
+
+def _member_sized(size: int, s: BtfType, m: Member) -> str | None:
+    """Byte-aligned members: pointers, arrays, structs, enums."""
+    if m.bit_offset % 8:
+        return f'at bit {m.bit_offset} is not byte aligned'
+    if (s.size - (m.bit_offset >> 3)) & _U32 < size:
+        return f'({size} bytes at byte {m.bit_offset >> 3}) runs past the struct size {s.size}'
+    return None
+
+
+def _member_ptr(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
+    return _member_sized(_PTR_SIZE, s, m)
+
+
+def _member_array(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
+    sized = c.id_size(m.type)
+    return _member_sized(sized[1] if sized else 0, s, m)
+
+
+def _member_aggregate(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
+    return _member_sized(mt.size, s, m)
+
+
+def _member_float(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
+    align_bits = min(_PTR_SIZE, mt.size) * 8
+    if align_bits and m.bit_offset % align_bits:
+        return f'at bit {m.bit_offset} is not aligned to {align_bits} bits'
+    if (m.bit_offset >> 3) + mt.size > s.size:
+        return f'({mt.size} bytes at byte {m.bit_offset >> 3}) runs past the struct size {s.size}'
+    return None
+
+
+_MEMBER_CHECKS = {Kind.INT: _member_int, Kind.PTR: _member_ptr, Kind.ARRAY: _member_array,
+                  Kind.STRUCT: _member_aggregate, Kind.UNION: _member_aggregate,
+                  Kind.ENUM: _member_aggregate, Kind.ENUM64: _member_aggregate,
+                  Kind.FLOAT: _member_float}
+
+_RESOLVE = {
+    **{k: lambda c, top: c.resolve_reference(top, False, False) for k in MODIFIER_KINDS},
+    Kind.PTR: lambda c, top: c.resolve_reference(top, True, False),
+    Kind.VAR: lambda c, top: c.resolve_reference(top, True, True),
+    Kind.STRUCT: _Checker.resolve_struct,
+    Kind.UNION: _Checker.resolve_struct,
+    Kind.ARRAY: _Checker.resolve_array,
+    Kind.FUNC: _Checker.resolve_func,
+    Kind.DECL_TAG: _Checker.resolve_decl_tag,
+    Kind.DATASEC: _Checker.resolve_datasec,
+}
+
+
+# ---------------------------------------------------------------------------
+# Per-kind rules (the check_meta ops)
+
+def _no_vlen(t: BtfType) -> str | None:
+    return f'vlen {len(t.items)}, must be 0' if t.items else None
+
+
+def _no_kflag(t: BtfType) -> str | None:
+    return 'kind_flag must be 0' if t.kflag else None
+
+
+def _type_id(t: BtfType, what: str, type_id: int, allow_void: bool = True) -> str | None:
+    if not allow_void and not type_id:
+        return f'{what} is void'
+    if type_id > BTF_MAX_TYPE:
+        return f'{what} id {type_id} is out of range'
+    return None
+
+
+def _anonymous(t: BtfType) -> str | None:
+    return f'must be anonymous, is named {t.name!r}' if t.name else None
+
+
+def _meta_unknown(c: _Checker, t: BtfType) -> str | None:
+    return f'kind {t.kind.name} cannot be a type'
+
+
+def _meta_int(c: _Checker, t: BtfType) -> str | None:
+    nbits = t.bits + t.bit_offset
+    if nbits > _BITS_PER_U128:
+        return f'{t.bits} bits at bit offset {t.bit_offset} exceed {_BITS_PER_U128} bits'
+    if (nbits + 7) >> 3 > t.size:
+        return f'{t.bits} bits at bit offset {t.bit_offset} do not fit its size {t.size}'
+    if t.encoding not in (0, 1, 2, 4):
+        return f'encoding {t.encoding:#x} is not one of none, SIGNED, CHAR, BOOL'
+    return _no_vlen(t) or _no_kflag(t)
+
+
+def _meta_reference(c: _Checker, t: BtfType) -> str | None:
+    kflag = c.tag_kflag(t) if t.kind is Kind.TYPE_TAG else _no_kflag(t)
+    message = _no_vlen(t) or kflag or _type_id(t, 'target', t.type)
+    if message:
+        return message
+    if t.kind is Kind.TYPEDEF:
+        return c.named(t)
+    if t.kind is Kind.TYPE_TAG:
+        return None if t.name else 'needs a tag value'
+    return _anonymous(t)
+
+
+def _meta_fwd(c: _Checker, t: BtfType) -> str | None:
+    if t.type:
+        return f'type field {t.type}, must be 0'
+    return _no_vlen(t) or c.named(t)
+
+
+def _meta_array(c: _Checker, t: BtfType) -> str | None:
+    return (_anonymous(t) or _no_vlen(t) or _no_kflag(t)
+            or _type_id(t, 'element type', t.type, allow_void=False)
+            or _type_id(t, 'index type', t.index_type, allow_void=False))
+
+
+def _meta_struct(c: _Checker, t: BtfType) -> str | None:
+    message = c.optionally_named(t)
+    if message:
+        return message
+    last = 0
+    for m in t.items:
+        message = _member_meta(c, t, m, last)
+        if message:
+            return f"member '{m.name or '(anon)'}' {message}"
+        last = m.bit_offset
+    return None
+
+
+def _member_meta(c: _Checker, t: BtfType, m: Member, last: int) -> str | None:
+    if m.name and not c.identifier(m.name):
+        return 'name is not a valid identifier'
+    if not m.type:
+        return 'is void'
+    if m.type > BTF_MAX_TYPE:
+        return f'type id {m.type} is out of range'
+    if t.kind is Kind.UNION and m.bit_offset:
+        return f'offset {m.bit_offset}: union members are at offset 0'
+    if m.bit_offset < last:
+        return f'offset {m.bit_offset} is before the previous member\'s {last}'
+    if (m.bit_offset + 7) >> 3 > t.size:
+        return f'offset {m.bit_offset} past the struct size {t.size}'
+    return None
+
+
+def _meta_enum(c: _Checker, t: BtfType) -> str | None:
+    if t.size > 8 or t.size & (t.size - 1) or not t.size:
+        return f'size {t.size}, must be 1, 2, 4 or 8'
+    message = c.optionally_named(t)
+    if message:
+        return message
+    for v in t.items:
+        if not v.name:
+            return 'a value has no name'
+        if not c.identifier(v.name):
+            return f'value name {v.name!r} is not a valid identifier'
+    return None
+
+
+def _meta_func_proto(c: _Checker, t: BtfType) -> str | None:
+    return _anonymous(t) or _no_kflag(t)
+
+
+def _meta_func(c: _Checker, t: BtfType) -> str | None:
+    message = c.named(t)
+    if message:
+        return message
+    if t.linkage > 1:
+        return f'linkage {t.linkage}, must be static (0) or global (1)'
+    return _no_kflag(t)
+
+
+def _meta_var(c: _Checker, t: BtfType) -> str | None:
+    message = (_no_vlen(t) or _no_kflag(t) or c.named(t)
+               or _type_id(t, 'type', t.type, allow_void=False))
+    if message:
+        return message
+    if t.linkage not in (0, 1):
+        return f'linkage {t.linkage}, must be static (0) or global allocated (1)'
+    return None
+
+
+def _meta_datasec(c: _Checker, t: BtfType) -> str | None:
+    if not t.size:
+        return 'size 0'
+    message = _no_kflag(t) or c.section_named(t)
+    if message:
+        return message
+    end = total = 0
+    for i, v in enumerate(t.items):
+        message = _datasec_entry(t, v, end)
+        if message:
+            return f'entry {i} (type [{v.type}], offset {v.offset}, size {v.size}): {message}'
+        end = v.offset + v.size
+        total += v.size
+    if total > t.size:
+        return f'entries add up to {total} bytes, more than its size {t.size}'
+    return None
+
+
+def _datasec_entry(t: BtfType, v: VarSecinfo, end: int) -> str | None:
+    if not v.type or v.type > BTF_MAX_TYPE:
+        return 'type is void or out of range'
+    if v.offset < end:
+        return f'overlaps the previous entry (ending at {end}) or is out of order'
+    if v.offset >= t.size:
+        return f'offset past the section size {t.size}'
+    if not v.size or v.size > t.size:
+        return f'size must be 1..{t.size}'
+    if v.offset + v.size > t.size:
+        return f'ends past the section size {t.size}'
+    return None
+
+
+def _meta_float(c: _Checker, t: BtfType) -> str | None:
+    return (_no_vlen(t) or _no_kflag(t)
+            or (None if t.size in (2, 4, 8, 12, 16) else f'size {t.size}, must be 2, 4, 8, 12 or 16'))
+
+
+def _meta_decl_tag(c: _Checker, t: BtfType) -> str | None:
+    if not t.name:
+        return 'needs a tag value'
+    message = _no_vlen(t) or c.tag_kflag(t)
+    if message:
+        return message
+    if t.component_idx < -1:
+        return f'component_idx {t.component_idx}, must be -1 or a member/argument index'
+    return None
+
+
+_META = {
+    Kind.UNKN: _meta_unknown, Kind.INT: _meta_int, Kind.PTR: _meta_reference,
+    Kind.ARRAY: _meta_array, Kind.STRUCT: _meta_struct, Kind.UNION: _meta_struct,
+    Kind.ENUM: _meta_enum, Kind.FWD: _meta_fwd, Kind.TYPEDEF: _meta_reference,
+    Kind.VOLATILE: _meta_reference, Kind.CONST: _meta_reference,
+    Kind.RESTRICT: _meta_reference, Kind.FUNC: _meta_func,
+    Kind.FUNC_PROTO: _meta_func_proto, Kind.VAR: _meta_var, Kind.DATASEC: _meta_datasec,
+    Kind.FLOAT: _meta_float, Kind.DECL_TAG: _meta_decl_tag,
+    Kind.TYPE_TAG: _meta_reference, Kind.ENUM64: _meta_enum,
+}
+
+
+# ---------------------------------------------------------------------------
+# Model fields that the binary format cannot hold
+
+def _unencodable(t: BtfType) -> str | None:
+    """A model value that ``encode_btf`` would have to truncate."""
+    for field, value, limit in ((
+            'size', t.size, _U32), ('type', t.type, _U32), ('index_type', t.index_type, _U32),
+            ('nelems', t.nelems, _U32), ('kind_flag', t.kflag, 1), ('vlen', t.vlen, 0xffff),
+            ('bits', t.bits, 0xff), ('bit_offset', t.bit_offset, 0xff),
+            ('encoding', t.encoding, 0x0f), ('linkage', t.linkage, _U32)):
+        if not 0 <= value <= limit:
+            return f'{field} {value} does not fit its field (0..{limit})'
+    if not -(1 << 31) <= t.component_idx < 1 << 31:
+        return f'component_idx {t.component_idx} does not fit 32 bits'
+    check = _ITEM_RANGES.get(t.kind)
+    return check(t) if check else None
+
+
+def _members_encodable(t: BtfType) -> str | None:
+    offset_limit = 0xffffff if t.kflag else _U32
+    for m in t.items:
+        if not 0 <= m.type <= _U32 or not 0 <= m.bit_offset <= offset_limit:
+            return f"member '{m.name}' type or offset does not fit its field"
+        if not 0 <= m.bitfield_size <= (0xff if t.kflag else 0):
+            return (f"member '{m.name}' bitfield size {m.bitfield_size} "
+                    + ('does not fit 8 bits' if t.kflag else 'needs kind_flag 1'))
+    return None
+
+
+def _values_encodable(t: BtfType) -> str | None:
+    bits = 64 if t.kind is Kind.ENUM64 else 32
+    for v in t.items:
+        if not -(1 << (bits - 1)) <= v.value < 1 << bits:
+            return f"value '{v.name}' = {v.value} does not fit {bits} bits"
+    return None
+
+
+def _ids_encodable(t: BtfType) -> str | None:
+    for item in t.items:
+        if any(not 0 <= x <= _U32 for x in item if isinstance(x, int)):
+            return f'entry {item} does not fit 32-bit fields'
+    return None
+
+
+_ITEM_RANGES = {Kind.STRUCT: _members_encodable, Kind.UNION: _members_encodable,
+                Kind.ENUM: _values_encodable, Kind.ENUM64: _values_encodable,
+                Kind.FUNC_PROTO: _ids_encodable, Kind.DATASEC: _ids_encodable}

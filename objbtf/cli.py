@@ -1,0 +1,112 @@
+"""The objbtf command line.
+
+Kept light at import time: ``encode`` and ``cc`` run once per object of a
+kernel build, so each subcommand imports what it needs when it runs.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import click
+
+from .features import DEFAULT, OPTIONAL, Features
+
+FEATURES_HELP = ('Comma list of BTF features, as pahole\'s --btf_features: '
+                 + ', '.join(DEFAULT) + ' (the default set, also "default"); '
+                 + ', '.join(OPTIONAL) + ' (off unless named). "-NAME" turns one off.')
+
+
+def _features(ctx, _param, value: str | None) -> Features:
+    try:
+        return Features.parse(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), ctx=ctx) from None
+
+
+features_option = click.option('--btf-features', 'features', metavar='LIST', default=None,
+                               callback=_features, help=FEATURES_HELP)
+
+
+@click.group(context_settings={'help_option_names': ['-h', '--help']})
+@click.version_option(package_name='objbtf')
+def main() -> None:
+    """Per-object BTF for Linux kernel builds.
+
+    \b
+    Per object, right after it is compiled:
+      objbtf encode FILE.o...        add .BTF and .rela.BTF to each object
+      objbtf cc -- gcc ARGS...       compile, then encode the -o object
+    At vmlinux link:
+      objbtf link vmlinux            merge the per-object BTF into vmlinux
+    Looking at BTF:
+      objbtf dump FILE               bpftool-style listing
+      objbtf check FILE [--kernel]   the kernel's BTF rules, or the kernel itself
+    """
+
+
+@main.command()
+@click.argument('objects', nargs=-1, required=True, type=click.Path(dir_okay=False))
+@features_option
+@click.option('-q', '--quiet', is_flag=True, help='No notice for objects without DWARF.')
+def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
+    """Encode each object's DWARF as BTF, written into the object.
+
+    Adds (or replaces) a .BTF section and a .rela.BTF (.rel.BTF on REL
+    targets) that relocates every DATASEC entry to its variable's symbol.
+    An object without DWARF gets a notice and is left alone.  A broken
+    object gets a one-line error and stays untouched; the exit status is
+    then 1.
+    """
+    from .encode_file import encode_path, EncodeFailure
+    failed = False
+    for path in objects:
+        try:
+            result = encode_path(path, features)
+        except EncodeFailure as err:
+            click.echo(f'objbtf: {err}', err=True)
+            failed = True
+            continue
+        if result is None and not quiet:
+            click.echo(f'objbtf: {path}: no DWARF, nothing to encode', err=True)
+    sys.exit(1 if failed else 0)
+
+
+@main.command(context_settings={'ignore_unknown_options': True,
+                                'allow_interspersed_args': False})
+@click.argument('command', nargs=-1, required=True, type=click.UNPROCESSED)
+@features_option
+def cc(command: tuple[str, ...], features: Features) -> None:
+    """Run a compiler, then encode the object it wrote (-o FILE).
+
+    \b
+    Example:  objbtf cc -- gcc -g -c -o foo.o foo.c
+    Returns the compiler's exit status.  When the compile fails, nothing is
+    encoded and the failed output is removed, as make expects.
+    """
+    from .encode_file import EncodeFailure, encode_path
+    output = _output_of(command)
+    status = subprocess.call(list(command))
+    if status != 0:
+        if output and os.path.exists(output):
+            os.unlink(output)
+        sys.exit(status)
+    if output is None or not output.endswith('.o'):
+        sys.exit(0)
+    try:
+        encode_path(output, features)
+    except EncodeFailure as err:
+        click.echo(f'objbtf: {err}', err=True)
+        sys.exit(1)
+    sys.exit(0)
+
+
+def _output_of(command: tuple[str, ...]) -> str | None:
+    """The file after -o (or -oFILE) in a compiler command line."""
+    for i, arg in enumerate(command):
+        if arg == '-o' and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith('-o') and len(arg) > 2:
+            return arg[2:]
+    return None

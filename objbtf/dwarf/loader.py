@@ -1,0 +1,366 @@
+"""Turn the DIEs of a compile unit into BTF types, following pahole's rules.
+
+Types are encoded in .debug_info order, so the BTF before dedup looks like
+pahole's.  Functions and variables are not chosen here: the encoder decides
+which to emit (it needs the ELF symbols) and calls ``add_function`` and
+``add_variable``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
+from ..btf.types import Btf, BtfType, Enumerator, Member, Param
+from ..features import Features
+from . import constants as C
+from .reader import CompileUnit, Die, Expr
+
+FAKE_INT = '__SANITIZED_FAKE_INT__'
+
+_REF_KIND = {
+    C.TAG_pointer_type: Kind.PTR, C.TAG_const_type: Kind.CONST,
+    C.TAG_volatile_type: Kind.VOLATILE, C.TAG_restrict_type: Kind.RESTRICT,
+    C.TAG_typedef: Kind.TYPEDEF,
+}
+#: DIEs that stand for their target (or void) and get no BTF type.
+_TRANSPARENT = frozenset({C.TAG_atomic_type, C.TAG_unspecified_type})
+
+
+class LoadError(Exception):
+    """DWARF that is well-formed but cannot be expressed as BTF."""
+
+
+@dataclass(slots=True)
+class Annotation:
+    value: str
+    component_idx: int
+
+
+class CuLoader:
+    """Encodes one compile unit's types into ``btf`` and maps DIEs to ids."""
+
+    def __init__(self, cu: CompileUnit, btf: Btf, features: Features,
+                 dies: dict[int, Die]):
+        self.cu = cu
+        self.btf = btf
+        self.f = features
+        self.dies = dies
+        self.ids: dict[int, int] = {}
+        self.index_type = 0
+
+    # ---- attribute helpers -------------------------------------------------
+
+    def origin_attr(self, die: Die, attr: int, default=None):
+        """``attr`` of ``die``, or of its specification / abstract origin."""
+        seen = 0
+        while die is not None and seen < 8:
+            v = die.attrs.get(attr)
+            if v is not None:
+                return v
+            ref = die.attrs.get(C.AT_specification) or die.attrs.get(C.AT_abstract_origin)
+            die = self.dies.get(ref) if ref else None
+            seen += 1
+        return default
+
+    def type_size(self, off: int | None, depth: int = 0) -> int:
+        """Byte size of the type DIE at ``off`` (0 for void or unknown)."""
+        die = self.dies.get(off) if off else None
+        if die is None or depth > 32:
+            return 0
+        size = die.attrs.get(C.AT_byte_size)
+        if size is not None:
+            return size
+        tag = die.tag
+        if tag == C.TAG_pointer_type:
+            return self.cu.address_size
+        if tag == C.TAG_array_type:
+            return self.type_size(die.attrs.get(C.AT_type), depth + 1) * self._nelems(die)
+        if tag in (C.TAG_typedef, C.TAG_const_type, C.TAG_volatile_type,
+                   C.TAG_restrict_type, C.TAG_atomic_type):
+            return self.type_size(die.attrs.get(C.AT_type), depth + 1)
+        return 0
+
+    # ---- types ---------------------------------------------------------------
+
+    def load_types(self) -> None:
+        """Encode every type DIE of the unit, in DWARF order.
+
+        Ids are assigned first so that forward references resolve; a pointer
+        with btf_type_tag annotations gets its TYPE_TAGs just before it.  The
+        ARRAY index type is the unit's ``int``, or one added after the unit's
+        types when it has none, as pahole does.
+        """
+        type_dies = [d for d in self.cu.dies if d.tag in _TYPE_TAGS and d.tag not in _TRANSPARENT]
+        tags_of: dict[int, list[Die]] = {}
+        next_id = self.btf.next_id
+        has_array = False
+        for die in type_dies:
+            if die.tag == C.TAG_pointer_type and self.f.type_tag:
+                tags = self._annotations(die, 'btf_type_tag')
+                if tags:
+                    tags_of[die.offset] = tags
+                    next_id += len(tags)
+            elif die.tag == C.TAG_array_type:
+                has_array = True
+            elif (die.tag == C.TAG_base_type and not self.index_type
+                  and die.attrs.get(C.AT_name) == 'int'):
+                self.index_type = next_id
+            self.ids[die.offset] = next_id
+            next_id += 1
+        if has_array and not self.index_type:
+            self.index_type = next_id
+        for die in type_dies:
+            tags = tags_of.get(die.offset)
+            if tags:
+                self.btf.add(BtfType(Kind.PTR, type=self._add_type_tags(die, tags)))
+            else:
+                self.btf.add(self._encode(die))
+        if self.index_type == self.btf.next_id:
+            self.btf.add(BtfType(Kind.INT, 'int', size=4, encoding=INT_SIGNED, bits=32))
+
+    def ref(self, off: int | None, depth: int = 0) -> int:
+        """BTF id for a DW_AT_type reference (void for none)."""
+        if not off:
+            return 0
+        type_id = self.ids.get(off)
+        if type_id is not None:
+            return type_id
+        die = self.dies.get(off)
+        if die is None:
+            raise LoadError(f'DIE at 0x{off:x} is referenced but is not a type')
+        if die.tag in _TRANSPARENT and depth < 32:
+            return self.ref(die.attrs.get(C.AT_type), depth + 1) if die.tag == C.TAG_atomic_type else 0
+        raise LoadError(f'DIE at 0x{off:x} (tag 0x{die.tag:x}) is not a type BTF can hold')
+
+    def _annotations(self, die: Die, kind: str) -> list[Die]:
+        return [c for c in die.children
+                if c.tag == C.TAG_LLVM_annotation and c.attrs.get(C.AT_name) == kind]
+
+    def _add_type_tags(self, ptr: Die, tags: list[Die]) -> int:
+        """Add pointer -> tagN -> ... -> tag1 -> pointee as pahole chains them;
+        return the id the pointer must point at."""
+        target = self.ref(ptr.attrs.get(C.AT_type))
+        for t in tags:
+            target = self.btf.add(BtfType(Kind.TYPE_TAG, _text(t.attrs.get(C.AT_const_value)),
+                                          type=target))
+        return target
+
+    def _encode(self, die: Die) -> BtfType:
+        tag = die.tag
+        a = die.attrs
+        if tag == C.TAG_base_type:
+            return self._base_type(die)
+        if tag in _REF_KIND:
+            kind = _REF_KIND[tag]
+            name = a.get(C.AT_name, '') if kind is Kind.TYPEDEF else ''
+            return BtfType(kind, name, type=self.ref(a.get(C.AT_type)))
+        if tag in (C.TAG_structure_type, C.TAG_union_type, C.TAG_class_type):
+            return self._struct(die)
+        if tag == C.TAG_enumeration_type:
+            return self._enum(die)
+        if tag == C.TAG_array_type:
+            return BtfType(Kind.ARRAY, type=self.ref(a.get(C.AT_type)),
+                           index_type=self.index_type, nelems=self._nelems(die))
+        if tag == C.TAG_subroutine_type:
+            return self.proto(die)
+        raise LoadError(f'DIE at 0x{die.offset:x}: unsupported type tag 0x{tag:x}')
+
+    def _base_type(self, die: Die) -> BtfType:
+        a = die.attrs
+        name = a.get(C.AT_name, '')
+        size = a.get(C.AT_byte_size, 0)
+        enc = a.get(C.AT_encoding, 0)
+        if enc == C.ATE_float and self.f.float:
+            return BtfType(Kind.FLOAT, name, size=size)
+        if size == 0 or size & (size - 1) or size > 16:
+            return BtfType(Kind.INT, FAKE_INT, size=4, bits=32)
+        if enc in (C.ATE_signed, C.ATE_signed_char):
+            encoding = INT_SIGNED
+        elif enc == C.ATE_boolean:
+            encoding = INT_BOOL
+        else:
+            encoding = 0
+        return BtfType(Kind.INT, name, size=size, encoding=encoding, bits=size * 8)
+
+    def _struct(self, die: Die) -> BtfType:
+        a = die.attrs
+        union = die.tag == C.TAG_union_type
+        name = a.get(C.AT_name, '')
+        if a.get(C.AT_declaration):
+            return BtfType(Kind.FWD, name, kflag=int(union))
+        members = []
+        kflag = 0
+        for m in die.children:
+            if m.tag != C.TAG_member:
+                continue
+            bit_off = self._member_bit_offset(m, union)
+            if bit_off is None:
+                continue            # a static member
+            bits = m.attrs.get(C.AT_bit_size, 0)
+            if bits or bit_off % 8:
+                kflag = 1
+            members.append(Member(m.attrs.get(C.AT_name, ''), self.ref(m.attrs.get(C.AT_type)),
+                                  bit_off, bits))
+        return BtfType(Kind.UNION if union else Kind.STRUCT, name,
+                       size=a.get(C.AT_byte_size, 0), kflag=kflag, items=tuple(members))
+
+    def _member_bit_offset(self, m: Die, in_union: bool) -> int | None:
+        a = m.attrs
+        dbo = a.get(C.AT_data_bit_offset)
+        if dbo is not None:
+            return dbo
+        loc = a.get(C.AT_data_member_location)
+        if loc is None:
+            return 0 if in_union else None
+        if isinstance(loc, Expr):
+            loc = _plus_uconst(loc.data)
+        bit_off = loc * 8
+        bits = a.get(C.AT_bit_size, 0)
+        old = a.get(C.AT_bit_offset)
+        if bits and old is not None:
+            byte_size = a.get(C.AT_byte_size) or self.type_size(a.get(C.AT_type))
+            if self.btf.byteorder == 'little':
+                bit_off += byte_size * 8 - old - bits
+            else:
+                bit_off += old
+        return bit_off
+
+    def _enum(self, die: Die) -> BtfType:
+        a = die.attrs
+        name = a.get(C.AT_name, '')
+        if a.get(C.AT_declaration) and not die.children:
+            return BtfType(Kind.ENUM, name, size=4)
+        size = a.get(C.AT_byte_size, 4)
+        values = [Enumerator(e.attrs.get(C.AT_name, ''), e.attrs.get(C.AT_const_value, 0))
+                  for e in die.children if e.tag == C.TAG_enumerator]
+        if size <= 4 or not self.f.enum64:
+            kflag = int(any(v.value < 0 for v in values))
+            vals = tuple(Enumerator(v.name, _s32(v.value) if kflag else v.value & 0xffffffff)
+                         for v in values)
+            return BtfType(Kind.ENUM, name, size=size, kflag=kflag, items=vals)
+        signed = self._underlying_signed(a.get(C.AT_type))
+        vals = tuple(Enumerator(v.name, _s64(v.value) if signed else v.value & (2**64 - 1))
+                     for v in values)
+        return BtfType(Kind.ENUM64, name, size=size, kflag=int(signed), items=vals)
+
+    def _underlying_signed(self, off: int | None) -> bool:
+        die = self.dies.get(off) if off else None
+        return die is not None and die.attrs.get(C.AT_encoding) in (C.ATE_signed, C.ATE_signed_char)
+
+    def _nelems(self, die: Die) -> int:
+        n = 1
+        for sub in die.children:
+            if sub.tag != C.TAG_subrange_type:
+                continue
+            ub = sub.attrs.get(C.AT_upper_bound)
+            if ub is not None and not isinstance(ub, Expr):
+                n *= (ub + 1) & (2**64 - 1)
+            else:
+                count = sub.attrs.get(C.AT_count)
+                n *= count if isinstance(count, int) else 0
+        return n & 0xffffffff
+
+    # ---- functions, parameters, decl tags ------------------------------------
+
+    def params(self, die: Die) -> list[tuple[str, int]] | None:
+        """(name, type id) of each parameter; '' name if unnamed; a trailing
+        ('', 0) for varargs."""
+        out = []
+        for c in die.children:
+            if c.tag == C.TAG_formal_parameter:
+                out.append((self.origin_attr(c, C.AT_name, ''),
+                            self.ref(self.origin_attr(c, C.AT_type))))
+            elif c.tag == C.TAG_unspecified_parameters:
+                out.append(('', 0))
+        return out
+
+    def proto(self, die: Die) -> BtfType:
+        ret = self.ref(self.origin_attr(die, C.AT_type))
+        return BtfType(Kind.FUNC_PROTO, type=ret,
+                       items=tuple(Param(n, t) for n, t in self.params(die)))
+
+    def add_function(self, die: Die, name: str) -> int:
+        """FUNC_PROTO + FUNC (static linkage, as pahole) + its decl tags."""
+        proto_id = self.btf.add(self.proto(die))
+        func_id = self.btf.add(BtfType(Kind.FUNC, name, type=proto_id))
+        if self.f.decl_tag:
+            self._add_decl_tags(func_id, self.function_decl_tags(die))
+        return func_id
+
+    def function_decl_tags(self, die: Die) -> list[Annotation]:
+        tags = self.decl_tags_of(die, -1)
+        idx = 0
+        for c in die.children:
+            if c.tag == C.TAG_formal_parameter:
+                tags += self.decl_tags_of(c, idx)
+                idx += 1
+        return tags
+
+    def decl_tags_of(self, die: Die, component_idx: int) -> list[Annotation]:
+        return [Annotation(_text(c.attrs.get(C.AT_const_value)), component_idx)
+                for c in self._annotations(die, 'btf_decl_tag')]
+
+    def add_type_decl_tags(self) -> None:
+        """DECL_TAGs of structs, unions (and their members) and typedefs."""
+        if not self.f.decl_tag:
+            return
+        for die in self.cu.dies:
+            if die.tag not in (C.TAG_structure_type, C.TAG_union_type, C.TAG_typedef):
+                continue
+            tags = self.decl_tags_of(die, -1)
+            idx = 0
+            for m in die.children:
+                if m.tag == C.TAG_member:
+                    tags += self.decl_tags_of(m, idx)
+                    idx += 1
+            self._add_decl_tags(self.ids[die.offset], tags)
+
+    def _add_decl_tags(self, target: int, tags: list[Annotation]) -> None:
+        for t in tags:
+            self.btf.add(BtfType(Kind.DECL_TAG, t.value, type=target,
+                                 component_idx=t.component_idx))
+
+    def add_variable(self, die: Die, name: str) -> int:
+        """A VAR for ``die`` (GLOBAL_ALLOCATED if external) + its decl tags."""
+        external = bool(self.origin_attr(die, C.AT_external))
+        var_id = self.btf.add(BtfType(Kind.VAR, name, type=self.ref(self.origin_attr(die, C.AT_type)),
+                                      linkage=VAR_GLOBAL_ALLOCATED if external else VAR_STATIC))
+        if self.f.decl_tag:
+            self._add_decl_tags(var_id, self.decl_tags_of(die, -1))
+        return var_id
+
+
+_TYPE_TAGS = frozenset({
+    C.TAG_array_type, C.TAG_enumeration_type, C.TAG_pointer_type,
+    C.TAG_structure_type, C.TAG_class_type, C.TAG_subroutine_type,
+    C.TAG_typedef, C.TAG_union_type, C.TAG_base_type, C.TAG_const_type,
+    C.TAG_volatile_type, C.TAG_restrict_type, C.TAG_unspecified_type,
+    C.TAG_atomic_type,
+})
+
+
+def _plus_uconst(expr: bytes) -> int:
+    """The offset of a DWARF 2 style member location ``DW_OP_plus_uconst N``."""
+    if not expr or expr[0] != C.OP_plus_uconst:
+        raise LoadError('member location is not a constant offset')
+    result = shift = 0
+    for b in expr[1:]:
+        result |= (b & 0x7f) << shift
+        shift += 7
+        if b < 0x80:
+            break
+    return result
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else ''
+
+
+def _s32(v: int) -> int:
+    v &= 0xffffffff
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def _s64(v: int) -> int:
+    v &= 2**64 - 1
+    return v - (1 << 64) if v >= 1 << 63 else v

@@ -1,0 +1,464 @@
+"""A lean DWARF .debug_info decoder for the per-object path.
+
+It decodes only what BTF needs and keeps only the DIEs the loader uses
+(types, their members and parameters, top-level functions and variables).
+Each abbreviation is compiled once into a plan of fixed-size runs, decoded
+with one ``struct.unpack_from`` each, and the few variable-length forms.
+This is several times faster than a general-purpose DWARF library, which
+matters because the encoder runs once per object of a kernel build.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from . import constants as C
+
+
+class DwarfError(Exception):
+    """.debug_info or .debug_abbrev that cannot be decoded."""
+
+
+# Form numbers.
+_F_ADDR, _F_BLOCK2, _F_BLOCK4, _F_DATA2, _F_DATA4, _F_DATA8 = 0x01, 0x03, 0x04, 0x05, 0x06, 0x07
+_F_STRING, _F_BLOCK, _F_BLOCK1, _F_DATA1, _F_FLAG, _F_SDATA = 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d
+_F_STRP, _F_UDATA, _F_REF_ADDR, _F_REF1, _F_REF2, _F_REF4 = 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13
+_F_REF8, _F_REF_UDATA, _F_INDIRECT, _F_SEC_OFFSET, _F_EXPRLOC = 0x14, 0x15, 0x16, 0x17, 0x18
+_F_FLAG_PRESENT, _F_STRX, _F_ADDRX, _F_REF_SUP4, _F_STRP_SUP = 0x19, 0x1a, 0x1b, 0x1c, 0x1d
+_F_DATA16, _F_LINE_STRP, _F_REF_SIG8, _F_IMPLICIT_CONST = 0x1e, 0x1f, 0x20, 0x21
+_F_LOCLISTX, _F_RNGLISTX, _F_REF_SUP8 = 0x22, 0x23, 0x24
+_F_STRX1, _F_STRX2, _F_STRX3, _F_STRX4 = 0x25, 0x26, 0x27, 0x28
+_F_ADDRX1, _F_ADDRX2, _F_ADDRX3, _F_ADDRX4 = 0x29, 0x2a, 0x2b, 0x2c
+_F_GNU_ADDR_INDEX, _F_GNU_STR_INDEX, _F_GNU_REF_ALT, _F_GNU_STRP_ALT = 0x1f01, 0x1f02, 0x1f20, 0x1f21
+
+_STR_FORMS = {_F_STRING, _F_STRP, _F_LINE_STRP, _F_STRX, _F_STRX1, _F_STRX2, _F_STRX3,
+              _F_STRX4, _F_GNU_STR_INDEX}
+_REF_CU_FORMS = {_F_REF1, _F_REF2, _F_REF4, _F_REF8, _F_REF_UDATA}
+_BLOCK_FORMS = {_F_BLOCK, _F_BLOCK1, _F_BLOCK2, _F_BLOCK4, _F_EXPRLOC}
+_SIGNED_FORMS = {_F_SDATA, _F_IMPLICIT_CONST}
+
+#: Attributes the loader reads; all others are decoded only to be skipped.
+WANTED = frozenset({
+    C.AT_name, C.AT_type, C.AT_byte_size, C.AT_bit_offset, C.AT_bit_size,
+    C.AT_const_value, C.AT_upper_bound, C.AT_count, C.AT_data_member_location,
+    C.AT_declaration, C.AT_external, C.AT_specification, C.AT_abstract_origin,
+    C.AT_encoding, C.AT_data_bit_offset, C.AT_location, C.AT_str_offsets_base,
+    C.AT_addr_base, C.AT_language,
+})
+
+TYPE_TAGS = frozenset({
+    C.TAG_array_type, C.TAG_enumeration_type, C.TAG_pointer_type,
+    C.TAG_structure_type, C.TAG_class_type, C.TAG_subroutine_type,
+    C.TAG_typedef, C.TAG_union_type, C.TAG_base_type, C.TAG_const_type,
+    C.TAG_volatile_type, C.TAG_restrict_type, C.TAG_unspecified_type,
+    C.TAG_atomic_type,
+})
+#: Children kept under a kept parent.
+CHILD_TAGS = frozenset({
+    C.TAG_member, C.TAG_enumerator, C.TAG_subrange_type, C.TAG_formal_parameter,
+    C.TAG_unspecified_parameters, C.TAG_LLVM_annotation,
+})
+TOP_TAGS = frozenset({C.TAG_subprogram, C.TAG_variable})
+
+
+class Expr(tuple):
+    """A block or exprloc value: (offset of its bytes in .debug_info, bytes)."""
+    __slots__ = ()
+
+    @property
+    def pos(self) -> int:
+        return self[0]
+
+    @property
+    def data(self) -> bytes:
+        return self[1]
+
+
+@dataclass(slots=True, eq=False)
+class Die:
+    offset: int
+    tag: int
+    attrs: dict
+    children: list = field(default_factory=list)
+    top: bool = False
+
+
+@dataclass(slots=True)
+class CompileUnit:
+    offset: int
+    version: int
+    address_size: int
+    die: Die
+    dies: list[Die]            # every kept DIE in .debug_info order
+    by_offset: dict[int, Die]  # kept DIEs by .debug_info offset
+    addr_base: int = 0
+
+
+@dataclass(slots=True)
+class DebugSections:
+    """The section contents the decoder reads, relocations already applied."""
+    info: bytes
+    abbrev: bytes
+    str: bytes = b''
+    line_str: bytes = b''
+    str_offsets: bytes = b''
+    addr: bytes = b''
+    byteorder: str = 'little'
+
+
+def _uleb(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7f) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _sleb(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7f) << shift
+        shift += 7
+        if b < 0x80:
+            if b & 0x40:
+                result -= 1 << shift
+            return result, pos
+
+
+# Plan step kinds.
+_FIXED, _ULEB, _SLEB, _CSTR, _BLK_ULEB, _BLK_FIXED, _CONST, _INDIRECT = range(8)
+
+
+@dataclass(slots=True)
+class _Abbrev:
+    tag: int
+    has_children: bool
+    plan: tuple            # steps, see _compile_plan
+    extract: tuple         # (attr, value index, form) for wanted attributes
+    nvalues: int
+
+
+def _fixed_fmt(form: int, addr_size: int, off_size: int, version: int) -> str | None:
+    """struct format of a fixed-size form, or None if it is variable-length."""
+    a = 'Q' if addr_size == 8 else 'I'
+    o = 'Q' if off_size == 8 else 'I'
+    table = {
+        _F_ADDR: a, _F_DATA1: 'B', _F_DATA2: 'H', _F_DATA4: 'I', _F_DATA8: 'Q',
+        _F_DATA16: '16s', _F_FLAG: 'B', _F_REF1: 'B', _F_REF2: 'H', _F_REF4: 'I',
+        _F_REF8: 'Q', _F_REF_SIG8: 'Q', _F_STRP: o, _F_SEC_OFFSET: o,
+        _F_LINE_STRP: o, _F_REF_ADDR: a if version == 2 else o, _F_STRP_SUP: o,
+        _F_GNU_REF_ALT: o, _F_GNU_STRP_ALT: o, _F_STRX1: 'B', _F_STRX2: 'H',
+        _F_STRX3: '3s', _F_STRX4: 'I', _F_ADDRX1: 'B', _F_ADDRX2: 'H',
+        _F_ADDRX3: '3s', _F_ADDRX4: 'I', _F_REF_SUP4: 'I', _F_REF_SUP8: 'Q',
+    }
+    return table.get(form)
+
+
+_VAR_STEPS = {
+    _F_UDATA: (_ULEB,), _F_REF_UDATA: (_ULEB,), _F_STRX: (_ULEB,), _F_ADDRX: (_ULEB,),
+    _F_LOCLISTX: (_ULEB,), _F_RNGLISTX: (_ULEB,), _F_GNU_ADDR_INDEX: (_ULEB,),
+    _F_GNU_STR_INDEX: (_ULEB,), _F_SDATA: (_SLEB,), _F_STRING: (_CSTR,),
+    _F_BLOCK: (_BLK_ULEB,), _F_EXPRLOC: (_BLK_ULEB,), _F_INDIRECT: (_INDIRECT,),
+}
+
+
+def _compile_plan(specs, e: str, addr_size: int, off_size: int, version: int):
+    """Turn (attr, form, implicit) specs into decoding steps.
+
+    Consecutive fixed-size forms merge into one struct.Struct step.
+    """
+    steps = []
+    run = ''
+    run_n = 0
+
+    def flush():
+        nonlocal run, run_n
+        if run:
+            st = struct.Struct(e + run)
+            steps.append((_FIXED, st, st.size))
+            run, run_n = '', 0
+
+    for _attr, form, implicit in specs:
+        fmt = _fixed_fmt(form, addr_size, off_size, version)
+        if fmt is not None:
+            run += fmt
+            run_n += 1
+            continue
+        flush()
+        if form in _VAR_STEPS:
+            steps.append(_VAR_STEPS[form])
+        elif form == _F_BLOCK1:
+            steps.append((_BLK_FIXED, struct.Struct(e + 'B')))
+        elif form == _F_BLOCK2:
+            steps.append((_BLK_FIXED, struct.Struct(e + 'H')))
+        elif form == _F_BLOCK4:
+            steps.append((_BLK_FIXED, struct.Struct(e + 'I')))
+        elif form == _F_FLAG_PRESENT:
+            steps.append((_CONST, True))
+        elif form == _F_IMPLICIT_CONST:
+            steps.append((_CONST, implicit))
+        else:
+            raise DwarfError(f'unknown attribute form 0x{form:x}')
+    flush()
+    return tuple(steps)
+
+
+def parse_abbrevs(data: bytes, offset: int, e: str, addr_size: int, off_size: int,
+                  version: int) -> dict[int, _Abbrev]:
+    """The abbreviation table at ``offset`` of .debug_abbrev."""
+    out: dict[int, _Abbrev] = {}
+    pos = offset
+    n = len(data)
+    try:
+        while pos < n:
+            code, pos = _uleb(data, pos)
+            if code == 0:
+                break
+            tag, pos = _uleb(data, pos)
+            has_children = data[pos] != 0
+            pos += 1
+            specs = []
+            while True:
+                attr, pos = _uleb(data, pos)
+                form, pos = _uleb(data, pos)
+                if attr == 0 and form == 0:
+                    break
+                implicit = None
+                if form == _F_IMPLICIT_CONST:
+                    implicit, pos = _sleb(data, pos)
+                specs.append((attr, form, implicit))
+            plan = _compile_plan(specs, e, addr_size, off_size, version)
+            extract = tuple((attr, i, form) for i, (attr, form, _) in enumerate(specs)
+                            if attr in WANTED)
+            out[code] = _Abbrev(tag, has_children, plan, extract, len(specs))
+    except IndexError:
+        raise DwarfError(f'.debug_abbrev truncated at offset {pos}') from None
+    return out
+
+
+class _UnitDecoder:
+    """Decodes one unit's DIEs with its abbreviations and string bases."""
+
+    def __init__(self, secs: DebugSections, cu_offset: int, version: int,
+                 addr_size: int, off_size: int, abbrevs: dict[int, _Abbrev]):
+        self.s = secs
+        self.cu_offset = cu_offset
+        self.version = version
+        self.addr_size = addr_size
+        self.off_size = off_size
+        self.abbrevs = abbrevs
+        self.e = '<' if secs.byteorder == 'little' else '>'
+        self.str_offsets_base = 8 if off_size == 4 else 16
+        self.addr_base = 8
+
+    def values(self, buf: bytes, pos: int, plan) -> tuple[list, int]:
+        """Decode one DIE's attribute values following ``plan``."""
+        vals: list = []
+        for step in plan:
+            kind = step[0]
+            if kind == _FIXED:
+                vals.extend(step[1].unpack_from(buf, pos))
+                pos += step[2]
+            elif kind == _ULEB:
+                b = buf[pos]
+                if b < 0x80:
+                    vals.append(b)
+                    pos += 1
+                else:
+                    v, pos = _uleb(buf, pos)
+                    vals.append(v)
+            elif kind == _CONST:
+                vals.append(step[1])
+            elif kind == _BLK_ULEB:
+                ln, pos = _uleb(buf, pos)
+                vals.append(Expr((pos, buf[pos:pos + ln])))
+                pos += ln
+            elif kind == _SLEB:
+                v, pos = _sleb(buf, pos)
+                vals.append(v)
+            elif kind == _CSTR:
+                end = buf.index(b'\0', pos)
+                vals.append(buf[pos:end])
+                pos = end + 1
+            elif kind == _BLK_FIXED:
+                (ln,) = step[1].unpack_from(buf, pos)
+                pos += step[1].size
+                vals.append(Expr((pos, buf[pos:pos + ln])))
+                pos += ln
+            else:
+                raise DwarfError('DW_FORM_indirect is not supported')
+        return vals, pos
+
+    def convert(self, form: int, v):
+        """Turn a raw value into what the loader uses (str, absolute ref, int)."""
+        if form in _REF_CU_FORMS:
+            return self.cu_offset + v
+        if form in _STR_FORMS:
+            return self.string(form, v)
+        if form == _F_SDATA or form == _F_IMPLICIT_CONST:
+            return v
+        if form in (_F_STRX3, _F_ADDRX3):
+            return int.from_bytes(v, self.s.byteorder)
+        return v
+
+    def string(self, form: int, v) -> str:
+        if form == _F_STRP:
+            return _cstr(self.s.str, v, '.debug_str')
+        if form == _F_STRING:
+            return v.decode('utf-8', 'replace')
+        if form == _F_LINE_STRP:
+            return _cstr(self.s.line_str, v, '.debug_line_str')
+        if form == _F_STRX3:
+            v = int.from_bytes(v, self.s.byteorder)
+        off_fmt = self.e + ('I' if self.off_size == 4 else 'Q')
+        where = self.str_offsets_base + v * self.off_size
+        if where + self.off_size > len(self.s.str_offsets):
+            raise DwarfError(f'string index {v} outside .debug_str_offsets')
+        (off,) = struct.unpack_from(off_fmt, self.s.str_offsets, where)
+        return _cstr(self.s.str, off, '.debug_str')
+
+    def addrx(self, index: int) -> int:
+        """Offset in .debug_addr of address entry ``index`` of this unit."""
+        return self.addr_base + index * self.addr_size
+
+
+def _cstr(data: bytes, off: int, section: str) -> str:
+    end = data.find(b'\0', off)
+    if end < 0 or off >= len(data):
+        raise DwarfError(f'string offset {off} outside {section}')
+    return data[off:end].decode('utf-8', 'replace')
+
+
+def _unit_header(info: bytes, pos: int, e: str):
+    """(unit_end, version, unit_type, abbrev_offset, addr_size, off_size, die_pos)."""
+    (length,) = struct.unpack_from(e + 'I', info, pos)
+    off_size = 4
+    hdr = pos + 4
+    if length == 0xffffffff:
+        (length,) = struct.unpack_from(e + 'Q', info, hdr)
+        off_size = 8
+        hdr += 8
+    end = hdr + length
+    if end > len(info):
+        raise DwarfError(f'unit at 0x{pos:x} runs past the end of .debug_info')
+    (version,) = struct.unpack_from(e + 'H', info, hdr)
+    hdr += 2
+    o = 'I' if off_size == 4 else 'Q'
+    if version >= 5:
+        unit_type, addr_size = info[hdr], info[hdr + 1]
+        (abbrev_off,) = struct.unpack_from(e + o, info, hdr + 2)
+        hdr += 2 + off_size
+        if unit_type in (2, 6):          # type and split-type units
+            hdr += 8 + off_size
+        elif unit_type in (4, 5):        # skeleton and split-compile units
+            hdr += 8
+    elif version >= 2:
+        unit_type = 1
+        (abbrev_off,) = struct.unpack_from(e + o, info, hdr)
+        addr_size = info[hdr + off_size]
+        hdr += off_size + 1
+    else:
+        raise DwarfError(f'unit at 0x{pos:x} has unsupported DWARF version {version}')
+    if addr_size not in (4, 8):
+        raise DwarfError(f'unit at 0x{pos:x} has address size {addr_size}')
+    return end, version, unit_type, abbrev_off, addr_size, off_size, hdr
+
+
+def read_units(secs: DebugSections) -> list[CompileUnit]:
+    """Decode every compile (and partial) unit of .debug_info."""
+    e = '<' if secs.byteorder == 'little' else '>'
+    info = secs.info
+    units = []
+    pos = 0
+    abbrev_cache: dict[tuple, dict[int, _Abbrev]] = {}
+    while pos + 11 <= len(info):
+        try:
+            end, version, unit_type, abbrev_off, addr_size, off_size, die_pos = \
+                _unit_header(info, pos, e)
+        except struct.error:
+            raise DwarfError(f'unit header at 0x{pos:x} is truncated') from None
+        if unit_type in (1, 3):          # compile and partial units
+            key = (abbrev_off, addr_size, off_size, version)
+            abbrevs = abbrev_cache.get(key)
+            if abbrevs is None:
+                if abbrev_off >= len(secs.abbrev):
+                    raise DwarfError(f'unit at 0x{pos:x}: abbreviation offset {abbrev_off} '
+                                     'outside .debug_abbrev')
+                abbrevs = parse_abbrevs(secs.abbrev, abbrev_off, e, addr_size, off_size, version)
+                abbrev_cache[key] = abbrevs
+            dec = _UnitDecoder(secs, pos, version, addr_size, off_size, abbrevs)
+            try:
+                units.append(_read_unit(dec, info, die_pos, end))
+            except (IndexError, struct.error, ValueError):
+                raise DwarfError(f'unit at 0x{pos:x}: DIE data truncated or corrupt') from None
+        pos = end
+    return units
+
+
+def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUnit:
+    abbrevs = dec.abbrevs
+    convert = dec.convert
+    values = dec.values
+    dies: list[Die] = []
+    by_offset: dict[int, Die] = {}
+    # Stack of (kept Die or None, tag) for the open parents.
+    stack: list[tuple[Die | None, int]] = []
+    root: Die | None = None
+    while pos < end:
+        die_off = pos
+        b = info[pos]
+        if b < 0x80:
+            code = b
+            pos += 1
+        else:
+            code, pos = _uleb(info, pos)
+        if code == 0:
+            if stack:
+                stack.pop()
+            continue
+        ab = abbrevs.get(code)
+        if ab is None:
+            raise DwarfError(f'DIE at 0x{die_off:x} uses unknown abbreviation {code}')
+        vals, pos = values(info, pos, ab.plan)
+        tag = ab.tag
+        parent, parent_tag = stack[-1] if stack else (None, 0)
+        keep = (tag in TYPE_TAGS
+                or (parent is not None and tag in CHILD_TAGS)
+                or (len(stack) == 1 and tag in TOP_TAGS)
+                or root is None)
+        die = None
+        if keep:
+            if root is None:
+                _unit_bases(dec, ab, vals)
+            attrs = {attr: convert(form, vals[i]) for attr, i, form in ab.extract}
+            die = Die(die_off, tag, attrs, top=len(stack) == 1)
+            if root is None:
+                root = die
+            else:
+                dies.append(die)
+                by_offset[die_off] = die
+                if parent is not None:
+                    parent.children.append(die)
+        if ab.has_children:
+            stack.append((die, tag))
+    if root is None:
+        raise DwarfError('unit without a root DIE')
+    return CompileUnit(dec.cu_offset, dec.version, dec.addr_size, root, dies, by_offset,
+                       dec.addr_base)
+
+
+def _unit_bases(dec: _UnitDecoder, ab: _Abbrev, vals: list) -> None:
+    """Take DW_AT_str_offsets_base / DW_AT_addr_base from the unit DIE.
+
+    They must be known before the unit DIE's own strx attributes are read.
+    """
+    for attr, i, _form in ab.extract:
+        if attr == C.AT_str_offsets_base:
+            dec.str_offsets_base = vals[i]
+        elif attr == C.AT_addr_base:
+            dec.addr_base = vals[i]

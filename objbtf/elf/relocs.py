@@ -1,0 +1,175 @@
+"""Per-architecture relocation knowledge, and applying relocations to a section in bulk.
+
+A new architecture is one more ``Arch`` entry in ``ARCHES``; byte order comes
+from the file, so big-endian variants of a machine need no entry of their own.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Mapping, NamedTuple
+
+from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL
+from .errors import ElfError
+from .reader import ElfFile, Section
+
+
+class RelocType(NamedTuple):
+    """What one relocation type does to the bytes at its offset.
+
+    kind is 'abs' (S + A), 'none' (nothing) or 'pcrel' (S + A - P, which has no
+    meaning in a debug section of a relocatable object, so applying it fails).
+    TLS offsets (DTPOFF and kin) are 'abs': S is the variable's offset in its
+    TLS section, the best an unlinked object can say.
+    """
+    name: str
+    width: int
+    kind: str
+
+
+class Arch(NamedTuple):
+    """Relocation facts of one machine.
+
+    ``abs32`` is the type that makes a 32-bit field hold a symbol's address;
+    ``abs32_signed`` says whether that address is read back by sign extension
+    (x86_64 kernel addresses are 0xffffffff8xxxxxxx, so R_X86_64_32S, which the
+    linker checks as a signed value; R_X86_64_32 would overflow).
+    """
+    name: str
+    rela: bool
+    abs32: int
+    abs32_signed: bool
+    types: Mapping[int, RelocType]
+
+    def reloc_section_name(self, target: str) -> str:
+        """'.rela.X' or '.rel.X' for section X, as the ABI names it."""
+        return ('.rela' if self.rela else '.rel') + target
+
+    def type_name(self, rtype: int) -> str:
+        known = self.types.get(rtype)
+        return known.name if known else f'{self.name} relocation type {rtype}'
+
+
+def _types(*entries: tuple[int, str, int, str]) -> dict[int, RelocType]:
+    return {num: RelocType(name, width, kind) for num, name, width, kind in entries}
+
+
+ARCHES: dict[int, Arch] = {
+    EM_X86_64: Arch('x86_64', rela=True, abs32=11, abs32_signed=True, types=_types(
+        (0, 'R_X86_64_NONE', 0, 'none'),
+        (1, 'R_X86_64_64', 8, 'abs'),
+        (2, 'R_X86_64_PC32', 4, 'pcrel'),
+        (10, 'R_X86_64_32', 4, 'abs'),
+        (11, 'R_X86_64_32S', 4, 'abs'),
+        (17, 'R_X86_64_DTPOFF64', 8, 'abs'),
+        (21, 'R_X86_64_DTPOFF32', 4, 'abs'),
+        (24, 'R_X86_64_PC64', 8, 'pcrel'),
+    )),
+    EM_386: Arch('i386', rela=False, abs32=1, abs32_signed=False, types=_types(
+        (0, 'R_386_NONE', 0, 'none'),
+        (1, 'R_386_32', 4, 'abs'),
+        (2, 'R_386_PC32', 4, 'pcrel'),
+        (32, 'R_386_TLS_LDO_32', 4, 'abs'),
+    )),
+    # R_AARCH64_ABS32 takes values in [-2**31, 2**32): no 32-bit field can hold
+    # an arm64 kernel address (0xffff8000xxxxxxxx); see abs32_signed.
+    EM_AARCH64: Arch('aarch64', rela=True, abs32=258, abs32_signed=False, types=_types(
+        (0, 'R_AARCH64_NONE', 0, 'none'),
+        (256, 'R_AARCH64_NONE', 0, 'none'),
+        (257, 'R_AARCH64_ABS64', 8, 'abs'),
+        (258, 'R_AARCH64_ABS32', 4, 'abs'),
+        (259, 'R_AARCH64_ABS16', 2, 'abs'),
+        (260, 'R_AARCH64_PREL64', 8, 'pcrel'),
+        (261, 'R_AARCH64_PREL32', 4, 'pcrel'),
+    )),
+    # s390x: big-endian, RELA.
+    EM_S390: Arch('s390x', rela=True, abs32=4, abs32_signed=False, types=_types(
+        (0, 'R_390_NONE', 0, 'none'),
+        (4, 'R_390_32', 4, 'abs'),
+        (5, 'R_390_PC32', 4, 'pcrel'),
+        (22, 'R_390_64', 8, 'abs'),
+        (23, 'R_390_PC64', 8, 'pcrel'),
+        (52, 'R_390_TLS_LDO32', 4, 'abs'),
+        (53, 'R_390_TLS_LDO64', 8, 'abs'),
+    )),
+}
+
+
+def arch_for(elf: ElfFile) -> Arch:
+    """The relocation facts of ``elf``'s machine, or ElfError if unknown."""
+    arch = ARCHES.get(elf.machine)
+    if arch is None:
+        raise ElfError(f'unsupported machine {elf.machine} (e_machine); '
+                       f'known: {", ".join(a.name for a in ARCHES.values())}')
+    return arch
+
+
+_PatchTable = dict[int, tuple[struct.Struct, int] | None]
+_patch_tables: dict[tuple[int, str], _PatchTable] = {}
+
+
+def _patch_table(elf: ElfFile, arch: Arch) -> _PatchTable:
+    """type -> (struct of its width, value mask), or None for no-op types.
+    PC-relative types are left out, so they fail like unknown ones."""
+    key = (elf.machine, elf.byteorder)
+    table = _patch_tables.get(key)
+    if table is None:
+        e = '<' if elf.byteorder == 'little' else '>'
+        codes = {2: 'H', 4: 'I', 8: 'Q'}
+        table = {num: None if t.kind == 'none' else
+                 (struct.Struct(e + codes[t.width]), (1 << 8 * t.width) - 1)
+                 for num, t in arch.types.items() if t.kind != 'pcrel'}
+        _patch_tables[key] = table
+    return table
+
+
+def apply_relocations(elf: ElfFile, target: Section) -> bytes:
+    """The data of ``target`` with its relocations applied: S + A at each offset.
+
+    S is the symbol's st_value (in a relocatable object, the offset in its
+    section, which is what DWARF consumers want); A is r_addend, or for REL
+    the value already in the data. Results are truncated to the field width.
+    """
+    data = elf.section_data(target)
+    relsec = elf.reloc_section_for(target.index)
+    if relsec is None:
+        return data
+    rels = elf.relocations(relsec)
+    if not rels:
+        return data
+    symtab = elf.symtab()
+    if symtab is None or relsec.link != symtab.index:
+        raise ElfError(f'{relsec.name} does not use the symbol table')
+    arch = arch_for(elf)
+    values = [s.value for s in elf.symbols()]
+    buf = bytearray(data)
+    _patch(buf, rels, values, _patch_table(elf, arch), relsec.type == SHT_REL,
+           arch, relsec.name)
+    return bytes(buf)
+
+
+def _patch(buf: bytearray, rels: list[tuple[int, int, int, int]], values: list[int],
+           table: _PatchTable, implicit: bool, arch: Arch, where: str) -> None:
+    """The hot loop of apply_relocations; errors are only diagnosed here."""
+    end = len(buf)
+    for off, sym, rtype, addend in rels:
+        try:
+            patch = table[rtype]
+        except KeyError:
+            raise _unsupported(arch, rtype, off, where) from None
+        if patch is None:
+            continue
+        st, mask = patch
+        if off + st.size > end:
+            raise ElfError(f'{where}: relocation at 0x{off:x} is outside the '
+                           f'{end}-byte section')
+        if implicit:
+            addend += st.unpack_from(buf, off)[0]
+        st.pack_into(buf, off, (values[sym] + addend) & mask)
+
+
+def _unsupported(arch: Arch, rtype: int, off: int, where: str) -> ElfError:
+    known = arch.types.get(rtype)
+    if known is not None and known.kind == 'pcrel':
+        return ElfError(f'{where}: PC-relative {known.name} at 0x{off:x} is not '
+                        f'supported here (debug sections use absolute relocations)')
+    return ElfError(f'{where}: unsupported {arch.type_name(rtype)} at 0x{off:x}')

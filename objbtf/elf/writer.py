@@ -1,0 +1,377 @@
+"""Rewrite a relocatable object with sections replaced, added or removed, atomically.
+
+Layout: every section that is not rewritten keeps its bytes and its file
+offset (the file is copied up to the end of the last such section); rewritten
+and new sections follow in a fixed order (the section name table first, then
+by index), then the section header table. So rewriting an object again with
+the same sections gives the same bytes, and repeated rewrites do not grow the
+file; the old bytes of a rewritten section stay behind as an unreferenced hole.
+
+Section indices never change except by appending, so symbols and relocations
+that name sections stay valid.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import struct
+import tempfile
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+from .consts import (ET_REL, SHF_INFO_LINK, SHN_LORESERVE, SHN_XINDEX, SHT_NOBITS,
+                     SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, STT_SECTION)
+from .errors import ElfError
+from .reader import ElfFile, Layout, Section
+from .relocs import Arch, arch_for
+
+
+class NewSection(NamedTuple):
+    """A section to add, or to replace the first section of the same name.
+
+    link: None (0), 'symtab' (the symbol table's index) or an index.
+    info: None (0), an int, or the name of a section (its index).
+    """
+    name: str
+    data: bytes
+    type: int = SHT_PROGBITS
+    flags: int = 0
+    addralign: int = 1
+    entsize: int = 0
+    link: None | str | int = None
+    info: None | str | int = None
+
+
+class Reloc(NamedTuple):
+    """One relocation to emit against the section it is listed under."""
+    offset: int
+    symbol_index: int
+    type: int
+    addend: int = 0
+
+
+class _Header:
+    """A mutable section header."""
+    __slots__ = ('name_offset', 'type', 'flags', 'addr', 'offset', 'size', 'link',
+                 'info', 'addralign', 'entsize')
+
+    def __init__(self, name_offset: int, type: int, flags: int, addr: int, offset: int,
+                 size: int, link: int, info: int, addralign: int, entsize: int) -> None:
+        self.name_offset, self.type, self.flags, self.addr, self.offset = \
+            name_offset, type, flags, addr, offset
+        self.size, self.link, self.info, self.addralign, self.entsize = \
+            size, link, info, addralign, entsize
+
+    @classmethod
+    def of(cls, sec: Section) -> _Header:
+        return cls(sec.name_offset, sec.type, sec.flags, sec.addr, sec.offset, sec.size,
+                   sec.link, sec.info, sec.addralign, sec.entsize)
+
+    def pack(self, layout: Layout) -> bytes:
+        return layout.shdr.pack(self.name_offset, self.type, self.flags, self.addr,
+                                self.offset, self.size, self.link, self.info,
+                                self.addralign, self.entsize)
+
+
+class _Plan:
+    """The new section table: headers, indices by name, and the new contents."""
+
+    def __init__(self, elf: ElfFile) -> None:
+        self.elf = elf
+        self.headers = [_Header.of(s) for s in elf.sections]
+        self.index: dict[str, int] = {}
+        for sec in elf.sections:
+            self.index.setdefault(sec.name, sec.index)
+        self.payload: dict[int, bytes] = {}
+        self._names: bytearray | None = None    # the name table, once it grows
+
+    def name_offset(self, name: str) -> int:
+        """Offset of ``name`` in the section name table, appending it if absent
+        (any occurrence of name + NUL will do, also as a suffix of a longer name)."""
+        shstrndx = self.elf.shstrndx
+        if shstrndx == 0:
+            raise ElfError('the object has no section name table')
+        table = self._names
+        if table is None:
+            table = self.elf.section_data(self.elf.sections[shstrndx])
+        key = name.encode('utf-8', 'surrogateescape') + b'\0'
+        pos = table.find(key)
+        if pos >= 0:
+            return pos
+        if self._names is None:
+            self._names = bytearray(table)
+        pos = len(self._names)
+        self._names += key
+        self.payload[shstrndx] = bytes(self._names)
+        return pos
+
+    def put(self, name: str, data: bytes) -> _Header:
+        """The header of section ``name`` (appended if new) with ``data`` as contents."""
+        idx = self.index.get(name)
+        if idx is None:
+            idx = self.index[name] = len(self.headers)
+            self.headers.append(_Header(self.name_offset(name), SHT_PROGBITS,
+                                        0, 0, 0, 0, 0, 0, 1, 0))
+        self.payload[idx] = data
+        return self.headers[idx]
+
+    def section_index(self, name: str, why: str) -> int:
+        idx = self.index.get(name)
+        if idx is None:
+            raise ElfError(f'{why}: there is no section {name}')
+        return idx
+
+    def symtab_index(self) -> int:
+        symtab = self.elf.symtab()
+        if symtab is None:
+            raise ElfError('the object has no symbol table')
+        return symtab.index
+
+
+def rewrite_object(path: str, elf: ElfFile, sections: Sequence[NewSection],
+                   relocs: Mapping[str, Sequence[Reloc]] | None = None) -> None:
+    """Replace or add ``sections`` in the relocatable object at ``path``
+    (already read as ``elf``), with relocation sections built from ``relocs``
+    (target section name -> relocations).
+
+    A replaced section keeps its index. Its old relocation section, if any,
+    is replaced by the new relocations or emptied (size 0, index kept).
+    For REL ABIs the addends are written into the target's data, so targets
+    of relocations must then be among ``sections``. The file is replaced
+    atomically; on error it is left untouched. ``elf`` is stale afterwards.
+    """
+    _check_rewritable(path, elf)
+    relocs = relocs or {}
+    plan = _Plan(elf)
+    names = [s.name for s in sections]
+    if len(set(names)) != len(names):
+        raise ElfError('the same section is given twice')
+    for new in sections:
+        _check_new(elf, new)
+        hdr = plan.put(new.name, bytes(new.data))
+        hdr.type, hdr.flags, hdr.addralign, hdr.entsize = \
+            new.type, new.flags, new.addralign, new.entsize
+    for new in sections:
+        hdr = plan.headers[plan.index[new.name]]
+        hdr.link, hdr.info = _resolve_link(plan, new), _resolve_info(plan, new)
+    _plan_relocs(plan, set(names), list(dict.fromkeys([*names, *relocs])), relocs)
+    _emit(path, elf, plan.headers, plan.payload)
+
+
+def _check_rewritable(path: str, elf: ElfFile) -> None:
+    if elf.e_type != ET_REL:
+        raise ElfError(f'not a relocatable object (e_type {elf.e_type})')
+    if elf.e_phnum:
+        raise ElfError('a relocatable object with program headers is not supported')
+    if not elf.sections:
+        raise ElfError('the object has no section headers')
+    if os.stat(path).st_size != len(elf.data):
+        raise ElfError('the file changed since it was read')
+
+
+def _check_new(elf: ElfFile, new: NewSection) -> None:
+    if not new.name or '\0' in new.name:
+        raise ElfError(f'bad section name {new.name!r}')
+    existing = elf.section_by_name(new.name)
+    if existing is not None and existing.index == elf.shstrndx:
+        raise ElfError(f'cannot replace the section name table {new.name}')
+    if new.addralign & (new.addralign - 1):
+        raise ElfError(f'section {new.name}: alignment {new.addralign} is not a power of two')
+
+
+def _resolve_link(plan: _Plan, new: NewSection) -> int:
+    if new.link is None:
+        return 0
+    if new.link == 'symtab':
+        return plan.symtab_index()
+    if not isinstance(new.link, int) or not 0 <= new.link < len(plan.headers):
+        raise ElfError(f'section {new.name}: bad link {new.link!r}')
+    return new.link
+
+
+def _resolve_info(plan: _Plan, new: NewSection) -> int:
+    if isinstance(new.info, str):
+        return plan.section_index(new.info, f'info of section {new.name}')
+    return new.info or 0
+
+
+def _plan_relocs(plan: _Plan, explicit: set[str], targets: list[str],
+                 relocs: Mapping[str, Sequence[Reloc]]) -> None:
+    """Replace, add or empty the relocation section of each target."""
+    elf = plan.elf
+    arch = arch_for(elf) if any(relocs.values()) else None
+    for target in targets:
+        entries = relocs.get(target) or ()
+        tidx = plan.section_index(target, 'relocations')
+        old = elf.reloc_section_for(tidx) if tidx < len(elf.sections) else None
+        if old is not None and old.name in explicit:
+            if entries:
+                raise ElfError(f'{old.name} is given both as a section and as relocations')
+            continue
+        if not entries:
+            if old is not None:
+                plan.payload[old.index] = b''
+            continue
+        assert arch is not None
+        name = old.name if old is not None else arch.reloc_section_name(target)
+        if name in explicit:
+            raise ElfError(f'{name} is given both as a section and as relocations')
+        data = _encode_relocs(plan, arch, tidx, target, entries)
+        hdr = plan.put(name, data)
+        layout = elf.layout
+        hdr.type = SHT_RELA if arch.rela else SHT_REL
+        hdr.flags, hdr.addralign = SHF_INFO_LINK, layout.word
+        hdr.entsize = (layout.rela if arch.rela else layout.rel).size
+        hdr.link, hdr.info = plan.symtab_index(), tidx
+
+
+def _target_size(plan: _Plan, tidx: int) -> int:
+    if tidx in plan.payload:
+        return len(plan.payload[tidx])
+    sec = plan.elf.sections[tidx]
+    return sec.size if sec.type == SHT_NOBITS else len(plan.elf.section_data(sec))
+
+
+def _encode_relocs(plan: _Plan, arch: Arch, tidx: int, target: str,
+                   entries: Sequence[Reloc]) -> bytes:
+    """The bytes of the relocation section; for REL, the addends are patched
+    into the target's new data in plan.payload."""
+    elf, layout = plan.elf, plan.elf.layout
+    nsyms = len(elf.symbols())
+    size = _target_size(plan, tidx)
+    if not arch.rela and tidx not in plan.payload:
+        raise ElfError(f'{target}: REL relocations put their addends in the section '
+                       f'data, so the section must be rewritten too')
+    buf = bytearray(plan.payload[tidx]) if not arch.rela else None
+    st = layout.rela if arch.rela else layout.rel
+    out = []
+    e = '<' if elf.byteorder == 'little' else '>'
+    for r in entries:
+        rtype = arch.types.get(r.type)
+        where = f'relocation at 0x{r.offset:x} of {target}'
+        if rtype is None:
+            raise ElfError(f'{where}: unsupported {arch.type_name(r.type)}')
+        if not 0 <= r.symbol_index < nsyms:
+            raise ElfError(f'{where}: symbol {r.symbol_index} out of range '
+                           f'(the symbol table has {nsyms})')
+        if r.offset < 0 or r.offset + rtype.width > size:
+            raise ElfError(f'{where}: outside the {size}-byte section')
+        info = r.symbol_index << layout.sym_shift | r.type
+        if buf is None:
+            _check_range(r.addend, 8 * layout.word, where)
+            out.append(st.pack(r.offset, info, r.addend))
+        else:
+            _check_range(r.addend, 8 * rtype.width, where)
+            if rtype.width:
+                code = {2: 'H', 4: 'I', 8: 'Q'}[rtype.width]
+                struct.pack_into(e + code, buf, r.offset,
+                                 r.addend & ((1 << 8 * rtype.width) - 1))
+            out.append(st.pack(r.offset, info))
+    if buf is not None:
+        plan.payload[tidx] = bytes(buf)
+    return b''.join(out)
+
+
+def _check_range(addend: int, bits: int, where: str) -> None:
+    """An addend must fit ``bits`` as a signed or an unsigned value (0 bits: be 0)."""
+    low = -(1 << bits - 1) if bits else 0
+    if not low <= addend < (1 << bits) or (not bits and addend):
+        raise ElfError(f'{where}: addend {addend} does not fit in {bits} bits')
+
+
+def section_symbol_index(elf: ElfFile, section_index: int) -> int | None:
+    """Index of an STT_SECTION symbol of section ``section_index``, or None.
+
+    Adding one is not supported: local symbols must precede global ones, so a
+    new section symbol would renumber every global symbol and with it every
+    relocation in the object. Compilers emit section symbols for the
+    sections that relocations refer to, which is what BTF needs.
+    """
+    return next((s.index for s in elf.symbols()
+                 if s.type == STT_SECTION and s.shndx == section_index), None)
+
+
+def remove_sections(path: str, elf: ElfFile, names: Iterable[str]) -> bool:
+    """Remove the named sections and their relocation sections; False if none exist.
+
+    Only sections at the end of the section table can go (as rewrite_object
+    appends them), since removing others would renumber sections; ElfError
+    if another section or a symbol refers to a removed one.
+    """
+    _check_rewritable(path, elf)
+    doomed: set[int] = set()
+    for name in names:
+        sec = elf.section_by_name(name)
+        if sec is not None:
+            rel = elf.reloc_section_for(sec.index)
+            doomed.update([sec.index] if rel is None else [sec.index, rel.index])
+    if not doomed:
+        return False
+    keep = len(elf.sections) - len(doomed)
+    if doomed != set(range(keep, len(elf.sections))):
+        raise ElfError('only sections at the end of the section table can be removed')
+    _check_unreferenced(elf, keep)
+    _emit(path, elf, [_Header.of(s) for s in elf.sections[:keep]], {})
+    return True
+
+
+def _check_unreferenced(elf: ElfFile, keep: int) -> None:
+    """No kept section or symbol may refer to a section index >= keep."""
+    if elf.shstrndx >= keep:
+        raise ElfError('cannot remove the section name table')
+    for sec in elf.sections[:keep]:
+        info_is_index = sec.type in (SHT_REL, SHT_RELA) or sec.flags & SHF_INFO_LINK
+        if sec.link >= keep or (info_is_index and sec.info >= keep):
+            raise ElfError(f'section {sec.name} refers to a removed section')
+    if any(keep <= s.shndx < SHN_LORESERVE for s in elf.symbols()):
+        raise ElfError('a symbol is defined in a removed section')
+
+
+def _emit(path: str, elf: ElfFile, headers: list[_Header], payload: dict[int, bytes]) -> None:
+    """Lay out and write the new file (see the module docstring)."""
+    layout = elf.layout
+    ehdr_size = layout.ehdr.size
+    fixed_end = max([ehdr_size] + [h.offset + h.size for i, h in enumerate(headers)
+                                   if i not in payload and h.type not in (SHT_NULL, SHT_NOBITS)])
+    tail: list[bytes] = []
+    pos = fixed_end
+    shstrndx = elf.shstrndx
+    order = sorted(payload, key=lambda i: (i != shstrndx, i))
+    for idx in order:
+        hdr, data = headers[idx], payload[idx]
+        pad = -pos % max(hdr.addralign, 1)
+        hdr.offset, hdr.size = pos + pad, len(data)
+        if hdr.type != SHT_NOBITS:
+            tail += [b'\0' * pad, data]
+            pos += pad + len(data)
+    pad = -pos % layout.word
+    shoff = pos + pad
+    count = len(headers)
+    headers[0].size = count if count >= SHN_LORESERVE else 0
+    headers[0].link = shstrndx if shstrndx >= SHN_LORESERVE else 0
+    fields = list(layout.ehdr.unpack_from(elf.data))
+    fields[6] = shoff
+    fields[12] = count if count < SHN_LORESERVE else 0
+    fields[13] = shstrndx if shstrndx < SHN_LORESERVE else SHN_XINDEX
+    table = b''.join(h.pack(layout) for h in headers)
+    with memoryview(elf.data) as view:
+        _write_atomically(path, [layout.ehdr.pack(*fields), view[ehdr_size:fixed_end],
+                                 *tail, b'\0' * pad, table])
+
+
+def _write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
+    """Write a temporary file next to ``path`` with its mode, then rename it over."""
+    path = os.path.realpath(path)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    fd, tmp = tempfile.mkstemp(prefix='.objbtf-', suffix='.tmp', dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            for chunk in chunks:
+                f.write(chunk)
+            os.fchmod(f.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,103 @@
+"""The compiler wrapper, objects without DWARF, and broken objects."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import C_FIXTURES, compile_c, need, objbtf, run
+from objbtf.elf.reader import ElfFile
+
+
+def sections(obj: Path) -> set[str]:
+    with ElfFile.open(str(obj)) as elf:
+        return {s.name for s in elf.sections}
+
+
+@pytest.mark.parametrize('compiler', ['gcc', 'clang'])
+def test_cc_wrapper_compiles_and_encodes(tmp_path, compiler):
+    need(compiler)
+    out = tmp_path / 'k.o'
+    r = objbtf('cc', '--', compiler, '-g', '-O2', '-c', '-o', out, C_FIXTURES / 'kinds.c')
+    assert r.returncode == 0, r.stderr
+    assert {'.BTF', '.rela.BTF'} <= sections(out)
+
+
+def test_cc_wrapper_failed_compile_leaves_nothing(tmp_path):
+    bad = tmp_path / 'bad.c'
+    bad.write_text('int f( {\n')
+    out = tmp_path / 'bad.o'
+    out.write_bytes(b'stale')
+    r = objbtf('cc', '--', 'gcc', '-g', '-c', '-o', out, bad, check=False)
+    assert r.returncode == 1 and 'error' in r.stderr
+    assert not out.exists()
+
+
+def test_cc_wrapper_passes_exit_status(tmp_path):
+    r = objbtf('cc', '--', 'sh', '-c', 'exit 3', check=False)
+    assert r.returncode == 3
+
+
+def test_object_without_dwarf_gets_a_notice(tmp_path):
+    asm = tmp_path / 'a.S'
+    asm.write_text('.globl f\nf: ret\n')
+    obj = tmp_path / 'a.o'
+    run('gcc', '-c', '-o', obj, asm)
+    before = obj.read_bytes()
+    r = objbtf('encode', obj)
+    assert r.returncode == 0 and r.stderr.count('\n') == 1 and str(obj) in r.stderr
+    assert obj.read_bytes() == before
+    nodebug = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'g0.o', '-g0')
+    assert objbtf('encode', nodebug).returncode == 0
+
+
+def corrupt_variants(good: bytes, tmp_path: Path) -> dict[str, bytes]:
+    """Broken objects, each derived from a real one."""
+    with ElfFile.open(str(tmp_path / 'good.o')) as elf:
+        info = elf.section_by_name('.debug_info')
+        abbrev = elf.section_by_name('.debug_abbrev')
+        rela = elf.reloc_section_for(info.index)
+        symtab = elf.symtab()
+    rng = random.Random(7)
+    out = {
+        'empty': b'',
+        'truncated-header': good[:40],
+        'truncated-middle': good[:len(good) // 2],
+        'random-bytes': bytes(rng.randrange(256) for _ in range(4096)),
+    }
+    broken = bytearray(good)
+    broken[info.offset + 12: info.offset + info.size] = bytes(rng.randrange(256) for _ in range(info.size - 12))
+    out['corrupt-debug-info'] = bytes(broken)
+    no_abbrev = bytearray(good)
+    name_pos = no_abbrev.index(b'.debug_abbrev\0')
+    no_abbrev[name_pos:name_pos + 13] = b'.debug_xxxxxx'
+    out['missing-debug-abbrev'] = bytes(no_abbrev)
+    bad_rel = bytearray(good)
+    # r_info of the first relocation: a symbol index far past the table.
+    bad_rel[rela.offset + 8: rela.offset + 16] = (0x7fff0000 << 32 | 10).to_bytes(8, 'little')
+    out['bad-relocation'] = bytes(bad_rel)
+    assert symtab is not None and abbrev is not None
+    return out
+
+
+def test_malformed_objects_fail_cleanly(tmp_path):
+    good = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'good.o').read_bytes()
+    for name, data in corrupt_variants(good, tmp_path).items():
+        path = tmp_path / f'{name}.o'
+        path.write_bytes(data)
+        r = objbtf('encode', path, check=False)
+        assert r.returncode == 1, (name, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and 'Traceback' not in r.stderr, (name, r.stderr)
+        assert path.read_bytes() == data, name
+        assert not [p for p in os.listdir(tmp_path) if p.startswith('.objbtf')], name
+
+
+def test_help_teaches():
+    for cmd in ([], ['encode'], ['cc']):
+        r = objbtf(*cmd, '--help')
+        assert r.returncode == 0 and 'Usage' in r.stdout
+    assert 'objbtf cc -- gcc' in objbtf('--help').stdout
