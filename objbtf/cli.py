@@ -55,7 +55,8 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
 
     Adds (or replaces) a .BTF section and a .rela.BTF (.rel.BTF on REL
     targets) that relocates every DATASEC entry to its variable's symbol.
-    An object without DWARF gets a notice and is left alone.  A broken
+    An object without DWARF types (assembly, -g0) gets a notice and is
+    left alone.  A broken
     object gets a one-line error and stays untouched; the exit status is
     then 1.
     """
@@ -69,7 +70,7 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
             failed = True
             continue
         if result is None and not quiet:
-            click.echo(f'objbtf: {path}: no DWARF, nothing to encode', err=True)
+            click.echo(f'objbtf: {path}: no DWARF types, nothing to encode', err=True)
     sys.exit(1 if failed else 0)
 
 
@@ -110,3 +111,83 @@ def _output_of(command: tuple[str, ...]) -> str | None:
         if arg.startswith('-o') and len(arg) > 2:
             return arg[2:]
     return None
+
+
+def _read_or_exit(path: str, base_path: str | None):
+    """(raw bytes, base Btf or None) of ``path``, or exit 1 naming the file."""
+    from .btf.errors import BtfError
+    from .btf_file import load_btf_file, read_btf_bytes
+    from .elf.errors import ElfError
+    try:
+        base = load_btf_file(base_path) if base_path else None
+    except (OSError, BtfError, ElfError) as err:
+        raise click.ClickException(f'{base_path}: {err}') from None
+    try:
+        return read_btf_bytes(path), base
+    except (OSError, BtfError, ElfError) as err:
+        raise click.ClickException(f'{path}: {err}') from None
+
+
+base_option = click.option('-B', '--base', 'base_path', type=click.Path(dir_okay=False),
+                           help='Base BTF (vmlinux) for split BTF such as a module\'s.')
+
+
+@main.command()
+@click.argument('file', type=click.Path(exists=True, dir_okay=False))
+@base_option
+def dump(file: str, base_path: str | None) -> None:
+    """List the BTF of FILE as `bpftool btf dump file` does.
+
+    FILE is an object, a vmlinux or module with a .BTF section, or a raw
+    .btf file.  Split BTF (a module's) needs --base vmlinux.
+    """
+    from .btf.dump import dump_btf
+    from .btf.errors import BtfError
+    from .btf.reader import parse_btf
+    raw, base = _read_or_exit(file, base_path)
+    try:
+        btf = parse_btf(raw, base)
+    except BtfError as err:
+        raise click.ClickException(f'{file}: {err}') from None
+    out = click.get_text_stream('stdout')
+    for line in dump_btf(btf):
+        out.write(line + '\n')
+
+
+@main.command()
+@click.argument('file', type=click.Path(exists=True, dir_okay=False))
+@base_option
+@click.option('--kernel', is_flag=True,
+              help='Also load the BTF into the running kernel (BPF_BTF_LOAD, needs root) '
+                   'and print its verdict and verifier log.')
+def check(file: str, base_path: str | None, kernel: bool) -> None:
+    """Check the BTF of FILE against the kernel's BTF rules.
+
+    Prints OK, or the first offending type and what is wrong with it; the
+    exit status is 1 when a rule is broken or the kernel rejects the BTF.
+    """
+    from .btf.validate import validate_bytes
+    raw, base = _read_or_exit(file, base_path)
+    problems = validate_bytes(raw, base)
+    if problems:
+        click.echo(f'{file}: {problems[0]}' + (f' (and {len(problems) - 1} more)'
+                                                if len(problems) > 1 else ''))
+    else:
+        click.echo(f'{file}: OK, BTF follows the kernel\'s rules')
+    rejected = kernel and not _kernel_verdict(file, raw, base)
+    sys.exit(1 if problems or rejected else 0)
+
+
+def _kernel_verdict(file: str, raw: bytes, base) -> bool:
+    from .kernel import load_btf
+    try:
+        verdict = load_btf(raw, base)
+    except (OSError, NotImplementedError) as err:
+        raise click.ClickException(f'{file}: cannot ask the kernel: {err}') from None
+    if verdict.ok:
+        click.echo(f'{file}: the running kernel accepts it')
+        return True
+    click.echo(f'{file}: the running kernel rejects it ({os.strerror(verdict.errno)}); '
+               'its verifier log:')
+    click.echo(verdict.log.rstrip())
+    return False

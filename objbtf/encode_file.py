@@ -15,12 +15,18 @@ class EncodeFailure(Exception):
 
 
 def encode_path(path: str, features: Features) -> Encoded | None:
-    """Encode ``path`` in place; None if it has no DWARF."""
+    """Encode ``path`` in place; None if it has no DWARF types to encode.
+
+    The kernel rejects BTF without types, so such an object (no DWARF, or
+    DWARF of assembly only) is left without the sections.
+    """
     try:
         with ElfFile.open(path) as elf:
             if not has_dwarf(elf):
                 return None
             enc = encode_elf(elf, features)
+            if not len(enc.btf):
+                return None
             write_sections(path, elf, enc)
             return enc
     except OSError as err:

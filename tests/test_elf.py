@@ -15,11 +15,11 @@ import pytest
 
 from objbtf.elf import (ElfError, ElfFile, NewSection, Reloc, apply_relocations, arch_for,
                         remove_sections, rewrite_object, section_symbol_index)
-from objbtf.elf.consts import (EM_386, EM_X86_64, SHF_INFO_LINK, SHN_ABS, SHN_COMMON,
-                               SHT_NOBITS, SHT_REL, SHT_RELA, STT_SECTION)
+from objbtf.elf.consts import (EM_386, EM_X86_64, ET_REL, SHF_COMPRESSED, SHF_INFO_LINK,
+                               SHN_ABS, SHN_COMMON, SHT_NOBITS, SHT_REL, SHT_RELA,
+                               SHT_STRTAB, SHT_SYMTAB, STT_SECTION)
 
 FIXTURES = Path(__file__).parent / 'fixtures' / 'elf'
-FORK_O = Path('/var/cache/objbtf/kernel-6.1/build/kernel/fork.o')
 
 VARIANTS = {
     'gcc-dwarf4': ['gcc', '-g', '-gdwarf-4'],
@@ -169,7 +169,7 @@ def test_sections_match_readelf(build, variant):
 def test_header_fields(build, variant):
     elf = load(build(variant))
     header = run('readelf', '-hW', build(variant))
-    assert elf.e_type == 1
+    assert elf.e_type == ET_REL
     assert f'ELF{elf.elf_class}' in header
     assert (elf.byteorder == 'big') == ('big endian' in header)
     assert elf.machine == {'clang-aarch64': 183, 'clang-s390x': 22}.get(
@@ -237,7 +237,7 @@ def test_legacy_zdebug_matches_plain(build):
                                               ('clang-dwarf5', 'clang-gz')])
 def test_compressed_sections_decompress(build, plain, compressed):
     a, b = load(build(plain)), load(build(compressed))
-    packed = [s for s in b.sections if s.flags & 0x800]
+    packed = [s for s in b.sections if s.flags & SHF_COMPRESSED]
     assert packed
     for sec in packed:
         assert b.section_data(sec) == a.section_data(a.section_by_name(sec.name))
@@ -286,9 +286,9 @@ def test_open_maps_lazily(build, tmp_path):
     far = 3 << 30
     data = bytearray(src.read_bytes())
     shdr = orig.layout.shdr
-    fields = list(shdr.unpack_from(data, orig._shoff + info.index * shdr.size))
+    fields = list(shdr.unpack_from(data, orig.e_shoff + info.index * shdr.size))
     fields[4] = far
-    shdr.pack_into(data, orig._shoff + info.index * shdr.size, *fields)
+    shdr.pack_into(data, orig.e_shoff + info.index * shdr.size, *fields)
     big = tmp_path / 'big.o'
     with open(big, 'wb') as f:
         f.write(data)
@@ -306,15 +306,16 @@ def test_open_maps_lazily(build, tmp_path):
 
 
 @pytest.mark.kernel
-@pytest.mark.skipif(not FORK_O.exists(), reason='needs the reference kernel build')
-def test_kernel_fork_o_fast_and_right():
-    with ElfFile.open(str(FORK_O)) as elf:
+def test_kernel_fork_o_fast_and_right(kernel_build):
+    """kernel/fork.o: 10.5 k relocations in .debug_info, where pyelftools takes 1.9 s."""
+    fork_o = kernel_build / 'kernel' / 'fork.o'
+    with ElfFile.open(str(fork_o)) as elf:
         info = elf.section_by_name('.debug_info')
         assert len(elf.relocations(elf.reloc_section_for(info.index))) > 10_000
         best = min(_timed(lambda: apply_relocations(elf, info)) for _ in range(5))
         ours = apply_relocations(elf, info)
     assert best < 0.020, f'{best * 1000:.1f} ms'
-    assert ours == pyelftools_relocated(FORK_O)['.debug_info']
+    assert ours == pyelftools_relocated(fork_o)['.debug_info']
 
 
 def _timed(fn) -> float:
@@ -366,9 +367,9 @@ def test_corrupted_files_only_raise_elf_error(build, variant):
     data = build(variant).read_bytes()
     elf = ElfFile(data)
     regions = [(0, elf.layout.ehdr.size),
-               (elf._shoff, len(elf.sections) * elf.layout.shdr.size)]
+               (elf.e_shoff, len(elf.sections) * elf.layout.shdr.size)]
     regions += [(s.offset, s.size) for s in elf.sections
-                if s.type in (2, 3, SHT_REL, SHT_RELA) or s.flags & 0x800
+                if s.type in (SHT_SYMTAB, SHT_STRTAB, SHT_REL, SHT_RELA) or s.flags & SHF_COMPRESSED
                 or s.name.startswith('.zdebug')]
     rng = random.Random(variant)
     for _ in range(400):
@@ -395,7 +396,7 @@ def _patched_shdr(build, variant: str, name: str, field: int, value: int) -> byt
     elf = load(path)
     data = bytearray(path.read_bytes())
     shdr = elf.layout.shdr
-    where = elf._shoff + elf.section_by_name(name).index * shdr.size
+    where = elf.e_shoff + elf.section_by_name(name).index * shdr.size
     fields = list(shdr.unpack_from(data, where))
     fields[field] = value
     shdr.pack_into(data, where, *fields)
@@ -435,7 +436,7 @@ def test_bad_compressed_data(build):
     path = build('gcc-gz')
     elf = load(path)
     sec = elf.section_by_name('.debug_info')
-    assert sec.flags & 0x800
+    assert sec.flags & SHF_COMPRESSED
     data = bytearray(path.read_bytes())
     data[sec.offset + 30: sec.offset + 40] = b'\xff' * 10
     with pytest.raises(ElfError, match='section .debug_info: (bad compressed data|'
@@ -511,8 +512,8 @@ def test_extended_numbering(many_sections, tmp_path):
                    {'.BTF': [Reloc(0, last.index, arch.abs32, 0)]})
     new = load(path)
     assert new.sections[-2].name == '.BTF' and new.sections[-1].name == '.rela.BTF'
-    assert readelf_relocs(path)['.rela.BTF'][0][1:] == ('R_X86_64_32S',
-                                                         '0000000000000000 last + 0')
+    [(off, typ, rest)] = readelf_relocs(path)['.rela.BTF']
+    assert (off, typ, rest.split()[1:]) == (0, 'R_X86_64_32S', ['last', '+', '0'])
     run('ld', '-r', '-o', tmp_path / 'out.o', path)
 
 
@@ -648,14 +649,14 @@ def test_replace_without_relocations_empties_them(build, tmp_path):
 
 
 def test_replace_existing_section_and_its_relocations(build, tmp_path):
-    """Replace .data (which has .rela.data) in place: indices stay, relocations follow."""
+    """Replace a data section with relocations in place: indices stay, relocations follow."""
     path = fresh(build, tmp_path, 'gcc-dwarf5')
     old = load(path)
-    data_sec = old.section_by_name('.data')
+    data_sec = old.section_by_name('.data.rel.local')
     rela = old.reloc_section_for(data_sec.index)
     relocs = [Reloc(*r) for r in old.relocations(rela)]
     assert relocs
-    new_data = NewSection('.data', old.section_data(data_sec), flags=data_sec.flags,
+    new_data = NewSection(data_sec.name, old.section_data(data_sec), flags=data_sec.flags,
                           addralign=data_sec.addralign)
 
     rewrite_object(str(path), old, [new_data])
@@ -663,10 +664,10 @@ def test_replace_existing_section_and_its_relocations(build, tmp_path):
     assert len(emptied.sections) == len(old.sections)
     assert emptied.sections[rela.index].size == 0
 
-    rewrite_object(str(path), emptied, [new_data], {'.data': relocs})
+    rewrite_object(str(path), emptied, [new_data], {data_sec.name: relocs})
     new = load(path)
     assert len(new.sections) == len(old.sections)
-    assert new.sections[data_sec.index].name == '.data'
+    assert new.sections[data_sec.index].name == data_sec.name
     assert new.relocations(new.sections[rela.index]) == old.relocations(rela)
     for sec in old.sections:
         if sec.index not in (data_sec.index, rela.index):
@@ -711,7 +712,8 @@ def test_failed_rewrite_leaves_file_untouched(build, tmp_path, monkeypatch):
         ({'.BTF': [Reloc(len(BTF) - 2, 1, arch.abs32, 0)]}, 'outside the 31-byte section'),
         ({'.BTF': [Reloc(0, 1, 999, 0)]}, 'unsupported x86_64 relocation type 999'),
         ({'.nope': [Reloc(0, 1, arch.abs32, 0)]}, 'no section .nope'),
-        ({'.BTF': [Reloc(0, 1, arch.abs32, 1 << 70)]}, 'does not fit'),
+        ({'.BTF': [Reloc(0, 1, arch.abs32, 1 << 63)]}, 'addend 9223372036854775808 '
+                                                        'does not fit'),
     ]
     for relocs, message in bad_calls:
         with pytest.raises(ElfError, match=message):
@@ -736,11 +738,17 @@ def test_failed_rewrite_leaves_file_untouched(build, tmp_path, monkeypatch):
         rewrite_object(str(path), elf, [NewSection('.BTF', BTF)])
 
 
-def test_rel_targets_must_be_rewritten(build, tmp_path):
+def test_rel_addends_are_checked(build, tmp_path):
     path = fresh(build, tmp_path, 'gcc-m32')
     elf = load(path)
     with pytest.raises(ElfError, match='REL relocations'):
         rewrite_object(str(path), elf, [], {'.data': [Reloc(0, 1, 1, 0)]})
+    with pytest.raises(ElfError, match='addend 4294967296 does not fit'):
+        rewrite_object(str(path), elf, [NewSection('.BTF', BTF)],
+                       {'.BTF': [Reloc(0, 1, 1, 1 << 32)]})
+    rewrite_object(str(path), elf, [NewSection('.BTF', BTF)], {'.BTF': [Reloc(0, 1, 1, -4)]})
+    new = load(path)
+    assert new.section_data(new.section_by_name('.BTF'))[:4] == b'\xfc\xff\xff\xff'
 
 
 def test_only_relocatable_objects_are_rewritten(build, tmp_path):

@@ -5,26 +5,26 @@ The passes follow libbpf (src/btf.c), in its order:
 1. strings: implicit, the model holds names as ``str`` and the writer lays
    out each referenced string once;
 2. primitive types (INT, FLOAT, FWD, ENUM/ENUM64; an enum forward, vlen 0,
-   matches a full enum of the same name);
+   matches a full enum of the same name, ENUM or ENUM64);
 3. STRUCT/UNION (and, upstream, TYPEDEF): candidates share a shallow
-   signature, a depth-first graph walk with a hypothetical map decides
-   equivalence and resolves FWDs it meets on the way;
+   signature, a depth-first walk of both type graphs with a hypothetical
+   map decides equivalence and resolves the FWDs it meets;
 4. FWDs still unresolved go to the only struct/union of their name;
 5. reference types, bottom-up, keyed by their canonical targets;
 6. compaction (canonical types in id order) and remapping.
 
-Candidates are looked up by signature tuples instead of numeric hashes, but
-visited in the order libbpf's hashmap visits them (newest first, reversed
-by each table growth), so that the same canonical type wins when several
-match and type ids come out as libbpf's.
+Candidates are found by signature (a tuple, or an interned shape id) instead
+of libbpf's numeric hash, but visited in the order libbpf's hashmap visits
+them (newest first, reversed at each growth of the table): when several
+candidates match, the same one wins, and type ids come out as libbpf's.
 
-``libbpf_1_1=True`` reproduces libbpf 1.1 (Debian 12, what pahole 1.24 uses)
-instead of upstream libbpf: TYPEDEFs are deduplicated with the reference
-types, and the fallback for a type met twice in one graph walk accepts only
-exactly equal arrays and structs made of those, instead of a depth-limited
-structural comparison.  Upstream compares an array's element types in that
-fallback with itself (``a2 = btf_array(t1)``); this module compares the two
-arrays' element types, as intended.
+``libbpf_1_1=True`` reproduces libbpf 1.1 (Debian 12; pahole 1.24 uses it)
+rather than upstream libbpf: TYPEDEFs are deduplicated with the reference
+types, and when one graph walk meets a canonical type twice, the two
+candidate types must be arrays with equal ids, or structs made of those,
+rather than structurally identical down to 16 levels.  Upstream compares an
+array's element types in that check with themselves (``a2 =
+btf_array(t1)``); here the two arrays' element types are compared.
 """
 from __future__ import annotations
 
@@ -41,18 +41,17 @@ _IDENTICAL_DEPTH = 16
 _STRUCT, _UNION, _FWD, _TYPEDEF = Kind.STRUCT, Kind.UNION, Kind.FWD, Kind.TYPEDEF
 _ENUMS = (Kind.ENUM, Kind.ENUM64)
 _COMPOSITE = (_STRUCT, _UNION)
-#: Kinds whose graph walk just follows ``type`` once the headers agree.
+_NEVER_DEDUPED = (Kind.VAR, Kind.DATASEC)
+#: Kinds whose graph walk follows ``type`` once the headers agree.
 _CHAIN = frozenset({Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.PTR,
                     Kind.TYPEDEF, Kind.FUNC, Kind.TYPE_TAG})
 _PRIMITIVE = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})
-#: Other kinds deduplicated by their canonical targets.
-_REFERENCING = frozenset({Kind.ARRAY, Kind.FUNC_PROTO, Kind.DECL_TAG})
 #: Kinds a structural comparison descends into.
 _GRAPH = frozenset({Kind.STRUCT, Kind.UNION, Kind.ARRAY, Kind.FUNC_PROTO})
-
-Key = tuple
 #: Where an entry of a STRUCT, UNION or DATASEC holds its type id.
 _ENTRY_TYPE = {Kind.STRUCT: 1, Kind.UNION: 1, Kind.DATASEC: 0}
+
+Key = object
 Resolve = Callable[[int], int]
 
 
@@ -67,13 +66,8 @@ def dedup(btf: Btf, *, libbpf_1_1: bool = False) -> Btf:
     return d.compact()
 
 
-# Signatures.  ``_shape`` is everything a graph walk compares but the
-# referenced ids, ``_children`` the ids it then compares pairwise; a table
-# key is the shape plus the canonical children.  Equal keys mean equal hashes
-# in libbpf and, for every kind but the enums (and STRUCT, UNION and, upstream,
-# TYPEDEF, which are keyed by shape alone), equal types.
-
 def _shape(t: BtfType) -> tuple:
+    """All a graph walk compares of ``t`` but the ids it refers to."""
     k = t.kind
     if k in _COMPOSITE:
         return (k, t.name, t.kflag, t.size,
@@ -92,13 +86,11 @@ def _shape(t: BtfType) -> tuple:
         return (k, t.name, t.kflag, t.type)
     if k in _ENUMS:
         return (k, t.name, t.kflag, t.size, t.items)
-    if k is Kind.DECL_TAG:
-        return (k, t.name, t.kflag, t.component_idx)
     return (k, t.name)
 
 
 def _children(t: BtfType) -> tuple[int, ...]:
-    """Referenced ids in the order a graph walk compares them."""
+    """Referenced ids, in the order a graph walk compares them."""
     k = t.kind
     if k in _CHAIN:
         return (t.type,)
@@ -113,14 +105,12 @@ def _children(t: BtfType) -> tuple[int, ...]:
     raise BtfError(f'a struct or union graph reaches a {k.name}')
 
 
-def _key(t: BtfType, ref: Resolve, typedef_shallow: bool) -> Key:
-    """Table key of ``t``; ``ref`` gives the canonical id of a target and
-    is called in the order libbpf deduplicates targets (element first)."""
+def _ref_key(t: BtfType, ref: Resolve) -> Key:
+    """Table key of a reference type: header and canonical targets; ``ref``
+    gives those, called in libbpf's order (element before index)."""
     k = t.kind
-    if k in _CHAIN and not (k is _TYPEDEF and typedef_shallow):
+    if k in _CHAIN:
         return (k, t.name, t.kflag, t.linkage, ref(t.type))
-    if k in _ENUMS:
-        return (Kind.ENUM, t.name)
     if k is Kind.ARRAY:
         elem = ref(t.type)
         return (k, t.name, t.kflag, t.nelems, elem, ref(t.index_type))
@@ -129,8 +119,6 @@ def _key(t: BtfType, ref: Resolve, typedef_shallow: bool) -> Key:
         return (k, t.name, t.kflag, ret, tuple([(p.name, ref(p.type)) for p in t.items]))
     if k is Kind.DECL_TAG:
         return (k, t.name, t.kflag, t.component_idx, ref(t.type))
-    if k in _COMPOSITE or k in _PRIMITIVE or k is _TYPEDEF:
-        return _shape(t)
     raise BtfError(f'cannot deduplicate a type of kind {k.name}')
 
 
@@ -138,22 +126,9 @@ def _identity(type_id: int) -> int:
     return type_id
 
 
-def _equal_enum(a: BtfType, b: BtfType) -> bool:
-    return _shape(a) == _shape(b)
-
-
-def _compat_enum(a: BtfType, b: BtfType) -> bool:
-    """Equal, or one is a forward (vlen 0) of the other, ENUM or ENUM64."""
-    if a.items and b.items:
-        return _equal_enum(a, b)
-    return a.name == b.name and a.kind in _ENUMS and b.kind in _ENUMS
-
-
-def _leaf_equal(a: BtfType, b: BtfType) -> bool:
-    """Equality of two types of the same primitive kind."""
-    if a.kind in _ENUMS:
-        return _compat_enum(a, b)
-    return _shape(a) == _shape(b)
+def _enum_fwd_match(a: BtfType, b: BtfType) -> bool:
+    """Two enums of one name, at least one a forward (vlen 0)."""
+    return a.name == b.name and not (a.items and b.items)
 
 
 def _fwd_kind(t: BtfType) -> Kind:
@@ -168,11 +143,10 @@ def _all_types(btf: Btf) -> list[BtfType]:
 
 
 class _Candidates:
-    """libbpf's dedup table: canonical ids per signature, in the order its
-    hashmap yields them.  The hashmap pushes entries at the head of their
-    bucket and rehashes by walking each bucket, which reverses entries of
-    one key whenever it grows; lists here are kept with the parity of the
-    growths they have seen."""
+    """libbpf's dedup table: canonical ids per key, in the order its hashmap
+    yields them.  The hashmap pushes an entry at the head of its bucket and
+    rehashes by walking each bucket, which reverses the entries of one key
+    whenever it grows; each list here remembers how many growths it saw."""
 
     def __init__(self) -> None:
         self._lists: dict[Key, list] = {}
@@ -205,9 +179,9 @@ class _Candidates:
 
 
 class _Dedup:
-    """State shared by the passes: ``map`` sends each id towards its
-    canonical id (libbpf's ``d->map``), ``hypot`` is the hypothetical
-    canonical-to-candidate map of one graph walk."""
+    """State shared by the passes.  ``map`` sends each id towards its
+    canonical id (libbpf's ``d->map``, negative while unprocessed);
+    ``hypot`` maps canonical to candidate ids during one graph walk."""
 
     def __init__(self, btf: Btf, libbpf_1_1: bool) -> None:
         self.btf = btf
@@ -215,13 +189,14 @@ class _Dedup:
         self.start = btf.start_id
         self.types = _all_types(btf)
         self.kinds = [t.kind for t in self.types]
-        never = (Kind.VAR, Kind.DATASEC)
-        self.map = [i if k in never else _UNPROCESSED for i, k in enumerate(self.kinds)]
+        self.map = [i if k in _NEVER_DEDUPED else _UNPROCESSED
+                    for i, k in enumerate(self.kinds)]
         self.map[0] = 0
         self.table = _Candidates()
         self.hypot: dict[int, int] = {}
         self.adjust_canon = False
-        self.shapes: list[tuple | None] = [None] * len(self.types)
+        self.shape_ids: dict[tuple, int] = {}
+        self.sids = [-1] * len(self.types)
         self.children: list[tuple[int, ...] | None] = [None] * len(self.types)
 
     # -- helpers ----------------------------------------------------------
@@ -235,10 +210,12 @@ class _Dedup:
             j = m[i]
         return i
 
-    def shape(self, i: int) -> tuple:
-        s = self.shapes[i]
-        if s is None:
-            s = self.shapes[i] = _shape(self.types[i])
+    def sid(self, i: int) -> int:
+        """Shape id: equal for types of equal ``_shape``."""
+        s = self.sids[i]
+        if s < 0:
+            s = self.sids[i] = self.shape_ids.setdefault(
+                _shape(self.types[i]), len(self.shape_ids))
         return s
 
     def kids(self, i: int) -> tuple[int, ...]:
@@ -247,7 +224,17 @@ class _Dedup:
             c = self.children[i] = _children(self.types[i])
         return c
 
-    def _add_canonical(self, key: Key, type_id: int, new_id: int) -> None:
+    def key(self, i: int, ref: Resolve) -> Key:
+        """Table key: shape for what graph walks compare, the name for an
+        enum (forwards match full enums), else header and targets."""
+        k = self.kinds[i]
+        if k in _ENUMS:
+            return (Kind.ENUM, self.types[i].name)
+        if k in _COMPOSITE or k in _PRIMITIVE or (k is _TYPEDEF and not self.legacy):
+            return self.sid(i)
+        return _ref_key(self.types[i], ref)
+
+    def _set_canonical(self, key: Key, type_id: int, new_id: int) -> None:
         self.map[type_id] = new_id
         if new_id == type_id:
             self.table.add(key, type_id)
@@ -256,49 +243,46 @@ class _Dedup:
 
     def prep_base(self) -> None:
         """Base types are canonical as they are and serve as candidates."""
-        shallow = not self.legacy
         for i in range(1, self.start):
             self.map[i] = i
-            if self.kinds[i] not in (Kind.VAR, Kind.DATASEC):
-                self.table.add(_key(self.types[i], _identity, shallow), i)
+            if self.kinds[i] not in _NEVER_DEDUPED:
+                self.table.add(self.key(i, _identity), i)
 
     def prim_types(self) -> None:
-        types, kinds = self.types, self.kinds
-        for i in range(self.start, len(types)):
+        kinds = self.kinds
+        for i in range(self.start, len(kinds)):
             k = kinds[i]
-            if k in _PRIMITIVE:
-                if k in _ENUMS:
-                    self._prim_enum(i)
-                else:
-                    key = self.shape(i)
-                    found = self.table.first(key)
-                    self._add_canonical(key, i, i if found is None else found)
+            if k in _ENUMS:
+                self._prim_enum(i)
+            elif k in _PRIMITIVE:
+                key = self.sid(i)
+                found = self.table.first(key)
+                self._set_canonical(key, i, i if found is None else found)
 
     def _prim_enum(self, i: int) -> None:
         t = self.types[i]
-        key = (Kind.ENUM, t.name)
+        key = self.key(i, _identity)
         new_id = i
         for c in self.table.get(key):
-            cand = self.types[c]
-            if _equal_enum(t, cand):
+            if self.sid(i) == self.sid(c):
                 new_id = c
                 break
-            if _compat_enum(t, cand):
+            if _enum_fwd_match(t, self.types[c]):
                 if not t.items:
                     new_id = c
                     break
                 self.map[c] = i      # a canonical enum forward goes to t
-        self._add_canonical(key, i, new_id)
+        self._set_canonical(key, i, new_id)
 
     def struct_types(self) -> None:
         kinds = self.kinds
-        graph_kinds = _COMPOSITE if self.legacy else (_STRUCT, _UNION, _TYPEDEF)
+        walked = _COMPOSITE if self.legacy else (_STRUCT, _UNION, _TYPEDEF)
         for i in range(self.start, len(kinds)):
-            if kinds[i] in graph_kinds and self.map[i] < 0:
+            if kinds[i] in walked and self.map[i] < 0:
                 self._struct_type(i)
 
     def _struct_type(self, i: int) -> None:
-        key = self.shape(i)
+        key = self.sid(i)
         new_id = i
         for c in self.table.get(key):
             self.hypot.clear()
@@ -309,14 +293,14 @@ class _Dedup:
             if not self.adjust_canon:
                 new_id = c
                 break
-        self._add_canonical(key, i, new_id)
+        self._set_canonical(key, i, new_id)
 
     def is_equiv(self, cand_id: int, canon_id: int) -> bool:
         """Whether the graphs from ``cand_id`` and ``canon_id`` are the same
         type: libbpf's btf_dedup_is_equiv, a depth-first walk of both that
         records in ``hypot`` which candidate type each canonical one met."""
         m, kinds, hypot = self.map, self.kinds, self.hypot
-        shape, kids = self.shape, self.kids
+        sids, children = self.sids, self.children
         stack = [(cand_id, canon_id)]
         pop, push = stack.pop, stack.extend
         while stack:
@@ -333,52 +317,59 @@ class _Dedup:
                 j = m[b]
             if a == b:
                 continue                  # already known to be one type
-            if kinds[canon] is _FWD and kinds[b] is not _FWD:
-                canon = b                 # follow a resolved FWD
+            if b != canon and kinds[canon] is _FWD and kinds[b] is not _FWD:
+                canon = b                 # a FWD already resolved
             seen = hypot.get(canon)
             if seen is not None:
                 if seen == cand or self._identical(seen, cand):
                     continue
                 return False
             hypot[canon] = cand
-            ka, kb = kinds[cand], kinds[canon]
-            if ka is not kb:
-                if _FWD in (ka, kb) and self._fwd_matches(cand, canon):
+            sa = sids[cand]
+            if sa < 0:
+                sa = self.sid(cand)
+            sb = sids[canon]
+            if sb < 0:
+                sb = self.sid(canon)
+            if sa != sb:
+                if self._compatible(cand, canon):
                     continue
                 return False
-            if shape(cand) != shape(canon):
-                if ka in _ENUMS and _compat_enum(self.types[cand], self.types[canon]):
-                    continue
-                return False
-            ca = kids(cand)
+            ca = children[cand]
+            if ca is None:
+                ca = self.kids(cand)
             if ca:
-                push(zip(reversed(ca), reversed(kids(canon))))
+                push(zip(reversed(ca), reversed(self.kids(canon))))
         return True
 
-    def _fwd_matches(self, cand: int, canon: int) -> bool:
-        """A FWD on one side, a struct/union of its name and kind on the
-        other."""
+    def _compatible(self, cand: int, canon: int) -> bool:
+        """Two types of different shapes that are still equivalent: a FWD
+        and a struct/union of its name and kind, or an enum forward."""
         a, b = self.types[cand], self.types[canon]
         if a.name != b.name:
             return False
-        if a.kind is _FWD:
-            return _fwd_kind(a) is b.kind
-        if _fwd_kind(b) is not a.kind:
-            return False
-        if canon < self.start:
-            self.adjust_canon = True     # would resolve a base FWD
-        return True
+        ka, kb = a.kind, b.kind
+        if ka is _FWD and kb is not _FWD:
+            return _fwd_kind(a) is kb
+        if kb is _FWD and ka is not _FWD:
+            if _fwd_kind(b) is not ka:
+                return False
+            if canon < self.start:
+                self.adjust_canon = True     # would resolve a base FWD
+            return True
+        return ka is kb and ka in _ENUMS and _enum_fwd_match(a, b)
 
     def _identical(self, id1: int, id2: int) -> bool:
-        """Whether a type met twice in one walk is the same both times."""
+        """Whether the two candidate types one canonical type met are the
+        same (a compiler may emit a type twice in one unit)."""
         if self.legacy:
             return self._identical_arrays(id1, id2) or self._identical_structs(id1, id2)
         return self._identical_types(id1, id2, _IDENTICAL_DEPTH)
 
     def _identical_types(self, id1: int, id2: int, depth: int) -> bool:
         """Structurally the same type, looking ``depth`` levels deep."""
-        kinds = self.kinds
-        while kinds[id1] in _CHAIN and self.shape(id1) == self.shape(id2):
+        kinds, sid = self.kinds, self.sid
+        while kinds[id1] in _CHAIN and sid(id1) == sid(id2):
             id1, id2 = self.types[id1].type, self.types[id2].type
         k = kinds[id1]
         if depth <= 0 or k is not kinds[id2]:
@@ -386,28 +377,28 @@ class _Dedup:
         if k is Kind.UNKN:
             return True
         if k in _ENUMS:
-            return _compat_enum(self.types[id1], self.types[id2])
-        if k in _CHAIN or k not in _PRIMITIVE and k not in _GRAPH:
+            return sid(id1) == sid(id2) or _enum_fwd_match(self.types[id1], self.types[id2])
+        if k not in _PRIMITIVE and k not in _GRAPH:
             return False
-        return self.shape(id1) == self.shape(id2) and all(
+        return sid(id1) == sid(id2) and all(
             x == y or self._identical_types(x, y, depth - 1)
             for x, y in zip(self.kids(id1), self.kids(id2)))
 
     def _identical_arrays(self, id1: int, id2: int) -> bool:
-        """libbpf 1.1: two ARRAYs equal to the referenced ids."""
+        """libbpf 1.1: two ARRAYs equal down to the ids they refer to."""
         return (self.kinds[id1] is Kind.ARRAY and self.kinds[id2] is Kind.ARRAY
-                and self.shape(id1) == self.shape(id2) and self.kids(id1) == self.kids(id2))
+                and self.sid(id1) == self.sid(id2) and self.kids(id1) == self.kids(id2))
 
     def _identical_structs(self, id1: int, id2: int) -> bool:
         """libbpf 1.1: two structs (unions) whose members are the same ids,
         identical arrays or identical structs."""
-        if self.kinds[id1] not in _COMPOSITE or self.shape(id1) != self.shape(id2):
+        if self.kinds[id1] not in _COMPOSITE or self.sid(id1) != self.sid(id2):
             return False
         return all(x == y or self._identical_arrays(x, y) or self._identical_structs(x, y)
                    for x, y in zip(self.kids(id1), self.kids(id2)))
 
     def _merge_hypot(self) -> None:
-        """Keep what an equivalent walk learnt: FWD resolutions, and
+        """Keep what an equivalent walk learnt: FWD resolutions, and the
         structs of the candidate graph that now have a canonical match."""
         m, kinds, resolve = self.map, self.kinds, self.resolve
         adjust = self.adjust_canon
@@ -440,13 +431,13 @@ class _Dedup:
 
     def ref_types(self) -> None:
         m = self.map
-        for i in range(self.start, len(self.types)):
+        for i in range(self.start, len(m)):
             if m[i] < 0:
                 self._ref_type(i)
 
     def _ref_type(self, i: int) -> int:
-        """Canonical id of reference type ``i``, deduplicating its targets
-        first (depth first, as libbpf)."""
+        """Canonical id of type ``i``, deduplicating the reference types it
+        leads to first (depth first, as libbpf)."""
         m = self.map[i]
         if m == i:
             return i
@@ -455,25 +446,25 @@ class _Dedup:
         if m == _IN_PROGRESS:
             raise BtfError(f'type {i} refers to itself without a struct or union')
         self.map[i] = _IN_PROGRESS
-        key = _key(self.types[i], self._ref_type, not self.legacy)
+        key = self.key(i, self._ref_type)
         found = self.table.first(key)
         new_id = i if found is None else found
-        self._add_canonical(key, i, new_id)
+        self._set_canonical(key, i, new_id)
         return new_id
 
     def compact(self) -> Btf:
         """The canonical own types, in id order, with ids remapped."""
         start, m = self.start, self.map
-        new_id = list(range(start)) + [-1] * (len(self.types) - start)
+        new_id = list(range(start)) + [-1] * (len(m) - start)
         kept = []
-        for i in range(start, len(self.types)):
+        for i in range(start, len(m)):
             if m[i] == i:
                 new_id[i] = start + len(kept)
                 kept.append(i)
-        final = [new_id[self.resolve(i)] for i in range(len(self.types))]
-        out = [_remapped(self.types[i], final) for i in kept]
+        final = [new_id[self.resolve(i)] for i in range(len(m))]
         if -1 in final:
-            raise BtfError('a type refers to a type that has no canonical copy')
+            raise BtfError('a type resolves to a type that has no canonical copy')
+        out = [_remapped(self.types[i], final) for i in kept]
         return Btf(types=[VOID] + out, base=self.btf.base, byteorder=self.btf.byteorder)
 
 
@@ -482,15 +473,14 @@ def _remapped(t: BtfType, new: list[int]) -> BtfType:
     (BtfType.remap, without rebuilding unchanged entry tuples)."""
     c = t.copy()
     k = t.kind
-    if k in _COMPOSITE or k is Kind.DATASEC:
-        if any(new[e[_ENTRY_TYPE[k]]] != e[_ENTRY_TYPE[k]] for e in t.items):
+    if k in _ENTRY_TYPE:
+        at = _ENTRY_TYPE[k]
+        if any(new[e[at]] != e[at] for e in t.items):
             c.remap(new.__getitem__)
-        return c
-    if k in _PRIMITIVE:
-        return c
-    c.type = new[t.type]
-    if k is Kind.ARRAY:
-        c.index_type = new[t.index_type]
-    elif k is Kind.FUNC_PROTO and any(new[p.type] != p.type for p in t.items):
-        c.items = tuple([Param(p.name, new[p.type]) for p in t.items])
+    elif k not in _PRIMITIVE and k is not Kind.UNKN:
+        c.type = new[t.type]
+        if k is Kind.ARRAY:
+            c.index_type = new[t.index_type]
+        elif k is Kind.FUNC_PROTO and any(new[p.type] != p.type for p in t.items):
+            c.items = tuple([Param(p.name, new[p.type]) for p in t.items])
     return c

@@ -42,7 +42,8 @@ def _encode_type(out: bytearray, t: BtfType, e: str, name, type_id: int) -> None
     if vlen > 0xffff:
         raise BtfError(f'type {type_id} ({k.name} {t.name!r}) has {vlen} entries, '
                        'more than BTF can hold')
-    st = t.size if k in SIZED_KINDS else t.type
+    # ARRAY keeps its types in struct btf_array; its header word must be 0.
+    st = t.size if k in SIZED_KINDS else 0 if k is Kind.ARRAY else t.type
     out += struct.pack(e + 'III', name(t.name), _info(k, vlen, t.kflag), st)
     if k is Kind.INT:
         out += struct.pack(e + 'I', (t.encoding & 0x0f) << 24 | (t.bit_offset & 0xff) << 16

@@ -1,4 +1,4 @@
-"""ELF constants used by the reader, the writer and the relocation table."""
+"""ELF constants (values from elf.h) for this layer and its callers."""
 
 ET_REL = 1
 ET_EXEC = 2
@@ -33,15 +33,8 @@ SHT_SYMTAB_SHNDX = 18
 SHF_WRITE = 0x1
 SHF_ALLOC = 0x2
 SHF_EXECINSTR = 0x4
-SHF_MERGE = 0x10
-SHF_STRINGS = 0x20
 SHF_INFO_LINK = 0x40
-SHF_LINK_ORDER = 0x80
-SHF_OS_NONCONFORMING = 0x100
-SHF_GROUP = 0x200
-SHF_TLS = 0x400
 SHF_COMPRESSED = 0x800
-SHF_EXCLUDE = 0x80000000
 
 ELFCOMPRESS_ZLIB = 1
 ELFCOMPRESS_ZSTD = 2

@@ -22,9 +22,7 @@ class Layout:
     """The struct formats of one ELF class and byte order."""
 
     def __init__(self, bits: int, byteorder: str) -> None:
-        e = '<' if byteorder == 'little' else '>'
-        self.bits = bits
-        self.byteorder = byteorder
+        self.prefix = e = '<' if byteorder == 'little' else '>'   # for struct formats
         if bits == 64:
             self.ehdr = struct.Struct(e + '16sHHIQQQIHHHHHH')
             self.shdr = struct.Struct(e + 'IIQQQQIIQQ')
@@ -77,6 +75,7 @@ class Symbol(NamedTuple):
 
 
 Relocation = tuple[int, int, int, int]   # (offset, symbol index, type, addend)
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 def _cstr(table: bytes, offset: int, what: str) -> str:
@@ -103,10 +102,11 @@ class ElfFile:
     """An ELF file over a buffer (bytes, or a read-only mmap from ``open``).
 
     Parsing reads only the ELF header, the section headers and the section
-    name table; everything else is read when asked for.
+    name table; everything else is read when asked for. ``path`` is kept for
+    the caller's messages.
     """
 
-    def __init__(self, data: bytes, path: str = '<memory>') -> None:
+    def __init__(self, data: Buffer, path: str = '<memory>') -> None:
         self.path = path
         self.data = data
         self._mmap: mmap.mmap | None = None
@@ -119,13 +119,18 @@ class ElfFile:
 
     @classmethod
     def open(cls, path: str) -> ElfFile:
-        """Map ``path`` read-only; close() (or a with block) unmaps it."""
+        """Map ``path`` read-only; close() (or a with block) unmaps it.
+
+        Pages are read only when touched, so a large vmlinux opens at the cost
+        of its section headers. The file must not be truncated while mapped
+        (rewrite_object replaces it by rename, which is safe).
+        """
         with open(path, 'rb') as f:
             if os.fstat(f.fileno()).st_size == 0:
                 raise ElfError('empty file')
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            elf = cls(mm, path)   # type: ignore[arg-type]
+            elf = cls(mm, path)
         except BaseException:
             mm.close()
             raise
@@ -161,28 +166,28 @@ class ElfFile:
         if len(data) < layout.ehdr.size:
             raise ElfError(f'truncated: {len(data)} bytes, the ELF header needs '
                            f'{layout.ehdr.size}')
-        (_, self.e_type, self.machine, _, _, _, self._shoff, _, _, _, self.e_phnum,
+        (_, self.e_type, self.machine, _, _, _, self.e_shoff, _, _, _, self.e_phnum,
          self._shentsize, self._shnum, self._shstrndx) = layout.ehdr.unpack_from(data)
 
     def _header_rows(self) -> list[tuple[int, ...]]:
         """Raw section header tuples, with extended numbering resolved."""
         shdr, size = self.layout.shdr, len(self.data)
-        if self._shoff == 0:
+        if self.e_shoff == 0:
             return []
         if self._shentsize != shdr.size:
             raise ElfError(f'section header size {self._shentsize}, expected {shdr.size}')
-        if self._shoff + shdr.size > size:
-            raise ElfError(f'section header table at 0x{self._shoff:x} is past the '
+        if self.e_shoff + shdr.size > size:
+            raise ElfError(f'section header table at 0x{self.e_shoff:x} is past the '
                            f'end of the file ({size} bytes)')
-        first = shdr.unpack_from(self.data, self._shoff)
+        first = shdr.unpack_from(self.data, self.e_shoff)
         count = self._shnum or first[5]            # sh_size of header 0
         if self._shstrndx == SHN_XINDEX:
             self._shstrndx = first[6]              # sh_link of header 0
-        end = self._shoff + count * shdr.size
+        end = self.e_shoff + count * shdr.size
         if end > size:
             raise ElfError(f'section header table ({count} entries at '
-                           f'0x{self._shoff:x}) runs past the end of the file ({size} bytes)')
-        return list(shdr.iter_unpack(self.data[self._shoff:end]))
+                           f'0x{self.e_shoff:x}) runs past the end of the file ({size} bytes)')
+        return list(shdr.iter_unpack(self.data[self.e_shoff:end]))
 
     def _parse_sections(self) -> list[Section]:
         rows = self._header_rows()
@@ -306,8 +311,8 @@ class ElfFile:
         if sec is None or sec.size < 4 * count:
             raise ElfError('symbols use SHN_XINDEX but the extended index table '
                            'is missing or short')
-        e = '<' if self.byteorder == 'little' else '>'
-        return struct.unpack_from(f'{e}{count}I', self._raw(sec.offset, 4 * count))
+        return struct.unpack_from(f'{self.layout.prefix}{count}I',
+                                  self._raw(sec.offset, 4 * count))
 
     # --- relocations -----------------------------------------------------
 

@@ -6,7 +6,7 @@ from the file, so big-endian variants of a machine need no entry of their own.
 from __future__ import annotations
 
 import struct
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL
 from .errors import ElfError
@@ -103,21 +103,25 @@ def arch_for(elf: ElfFile) -> Arch:
     return arch
 
 
-_PatchTable = dict[int, tuple[struct.Struct, int] | None]
+_Patch = tuple[Callable[..., None], Callable[..., tuple[int]], int, int]
+_PatchTable = dict[int, _Patch | None]
 _patch_tables: dict[tuple[int, str], _PatchTable] = {}
 
 
 def _patch_table(elf: ElfFile, arch: Arch) -> _PatchTable:
-    """type -> (struct of its width, value mask), or None for no-op types.
-    PC-relative types are left out, so they fail like unknown ones."""
+    """type -> (pack_into, unpack_from, width, mask) for its field, or None for
+    no-op types. PC-relative types are left out, so they fail like unknown ones."""
     key = (elf.machine, elf.byteorder)
     table = _patch_tables.get(key)
     if table is None:
-        e = '<' if elf.byteorder == 'little' else '>'
-        codes = {2: 'H', 4: 'I', 8: 'Q'}
-        table = {num: None if t.kind == 'none' else
-                 (struct.Struct(e + codes[t.width]), (1 << 8 * t.width) - 1)
-                 for num, t in arch.types.items() if t.kind != 'pcrel'}
+        table = {}
+        for num, rtype in arch.types.items():
+            if rtype.kind == 'abs':
+                st = struct.Struct(elf.layout.prefix + {2: 'H', 4: 'I', 8: 'Q'}[rtype.width])
+                table[num] = (st.pack_into, st.unpack_from, rtype.width,
+                              (1 << 8 * rtype.width) - 1)
+            elif rtype.kind == 'none':
+                table[num] = None
         _patch_tables[key] = table
     return table
 
@@ -158,13 +162,13 @@ def _patch(buf: bytearray, rels: list[tuple[int, int, int, int]], values: list[i
             raise _unsupported(arch, rtype, off, where) from None
         if patch is None:
             continue
-        st, mask = patch
-        if off + st.size > end:
+        pack, unpack, width, mask = patch
+        if off + width > end:
             raise ElfError(f'{where}: relocation at 0x{off:x} is outside the '
                            f'{end}-byte section')
         if implicit:
-            addend += st.unpack_from(buf, off)[0]
-        st.pack_into(buf, off, (values[sym] + addend) & mask)
+            addend += unpack(buf, off)[0]
+        pack(buf, off, (values[sym] + addend) & mask)
 
 
 def _unsupported(arch: Arch, rtype: int, off: int, where: str) -> ElfError:

@@ -49,6 +49,9 @@ class Reloc(NamedTuple):
     addend: int = 0
 
 
+_UINT = {2: 'H', 4: 'I', 8: 'Q'}   # struct codes by field width
+
+
 class _Header:
     """A mutable section header."""
     __slots__ = ('name_offset', 'type', 'flags', 'addr', 'offset', 'size', 'link',
@@ -244,7 +247,6 @@ def _encode_relocs(plan: _Plan, arch: Arch, tidx: int, target: str,
     buf = bytearray(plan.payload[tidx]) if not arch.rela else None
     st = layout.rela if arch.rela else layout.rel
     out = []
-    e = '<' if elf.byteorder == 'little' else '>'
     for r in entries:
         rtype = arch.types.get(r.type)
         where = f'relocation at 0x{r.offset:x} of {target}'
@@ -257,25 +259,24 @@ def _encode_relocs(plan: _Plan, arch: Arch, tidx: int, target: str,
             raise ElfError(f'{where}: outside the {size}-byte section')
         info = r.symbol_index << layout.sym_shift | r.type
         if buf is None:
-            _check_range(r.addend, 8 * layout.word, where)
+            bits = 8 * layout.word                # r_addend is signed
+            _check_addend(r.addend, -(1 << bits - 1), 1 << bits - 1, where)
             out.append(st.pack(r.offset, info, r.addend))
         else:
-            _check_range(r.addend, 8 * rtype.width, where)
-            if rtype.width:
-                code = {2: 'H', 4: 'I', 8: 'Q'}[rtype.width]
-                struct.pack_into(e + code, buf, r.offset,
-                                 r.addend & ((1 << 8 * rtype.width) - 1))
+            bits = 8 * rtype.width                # a signed or an unsigned field
+            _check_addend(r.addend, -(1 << bits - 1) if bits else 0, 1 << bits, where)
+            if bits:
+                struct.pack_into(layout.prefix + _UINT[rtype.width], buf, r.offset,
+                                 r.addend & ((1 << bits) - 1))
             out.append(st.pack(r.offset, info))
     if buf is not None:
         plan.payload[tidx] = bytes(buf)
     return b''.join(out)
 
 
-def _check_range(addend: int, bits: int, where: str) -> None:
-    """An addend must fit ``bits`` as a signed or an unsigned value (0 bits: be 0)."""
-    low = -(1 << bits - 1) if bits else 0
-    if not low <= addend < (1 << bits) or (not bits and addend):
-        raise ElfError(f'{where}: addend {addend} does not fit in {bits} bits')
+def _check_addend(addend: int, low: int, high: int, where: str) -> None:
+    if not low <= addend < high:
+        raise ElfError(f'{where}: addend {addend} does not fit in [{low}, {high})')
 
 
 def section_symbol_index(elf: ElfFile, section_index: int) -> int | None:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what objbtf needs and what its tests use as oracles, on Debian 12,
+# then objbtf itself (editable, with its test extras). Run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Debian's own python3 refuses system-wide pip installs (PEP 668); other
+# interpreters (pyenv, a venv) take the plain command.
+python3 -m pip install -q -e '.[test]' 2>/dev/null \
+  || python3 -m pip install -q --break-system-packages -e '.[test]'
+command -v objbtf >/dev/null || { echo "objbtf is not on PATH after install" >&2; exit 1; }
+echo "objbtf installed: $(objbtf --version)"
