@@ -60,6 +60,19 @@ def compile_command(build: Path, obj: Path, out: Path) -> list[str] | None:
     return fixed
 
 
+def installed_objbtf() -> str:
+    """objbtf installed from this tree into bench/.venv, as a user installs it.
+
+    Not the development install: an editable install's import hook, and
+    wrappers such as pyenv's shims, add start-up time a user does not pay.
+    """
+    venv = HERE / '.venv'
+    if not (venv / 'bin' / 'pip').exists():
+        subprocess.run([sys.executable, '-m', 'venv', str(venv)], check=True)
+    subprocess.run([str(venv / 'bin' / 'pip'), 'install', '-q', str(HERE.parent)], check=True)
+    return str(venv / 'bin' / 'objbtf')
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--every', type=int, default=1, help='measure every Nth object (default: all)')
@@ -68,9 +81,7 @@ def main() -> int:
     args = ap.parse_args()
     build = args.build or Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True,
                                               capture_output=True, text=True).stdout.strip())
-    objbtf = shutil.which('objbtf')
-    if objbtf is None:
-        sys.exit('objbtf is not installed (scripts/install.sh)')
+    objbtf = installed_objbtf()
     env = dict(os.environ)
     env.pop('PYTHONDONTWRITEBYTECODE', None)      # an installed tool keeps its .pyc
     subprocess.run([objbtf, '--help'], env=env, stdout=subprocess.DEVNULL, check=True)

@@ -6,7 +6,6 @@ kernel build, so each subcommand imports what it needs when it runs.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import click
@@ -56,22 +55,11 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     Adds (or replaces) a .BTF section and a .rela.BTF (.rel.BTF on REL
     targets) that relocates every DATASEC entry to its variable's symbol.
     An object without DWARF types (assembly, -g0) gets a notice and is
-    left alone.  A broken
-    object gets a one-line error and stays untouched; the exit status is
-    then 1.
+    left alone.  A broken object gets a one-line error and stays untouched;
+    the exit status is then 1.
     """
-    from .encode_file import encode_path, EncodeFailure
-    failed = False
-    for path in objects:
-        try:
-            result = encode_path(path, features)
-        except EncodeFailure as err:
-            click.echo(f'objbtf: {err}', err=True)
-            failed = True
-            continue
-        if result is None and not quiet:
-            click.echo(f'objbtf: {path}: no DWARF types, nothing to encode', err=True)
-    sys.exit(1 if failed else 0)
+    from .commands import run_encode
+    sys.exit(run_encode(list(objects), features, quiet))
 
 
 @main.command(context_settings={'ignore_unknown_options': True,
@@ -86,31 +74,8 @@ def cc(command: tuple[str, ...], features: Features) -> None:
     Returns the compiler's exit status.  When the compile fails, nothing is
     encoded and the failed output is removed, as make expects.
     """
-    from .encode_file import EncodeFailure, encode_path
-    output = _output_of(command)
-    status = subprocess.call(list(command))
-    if status != 0:
-        if output and os.path.exists(output):
-            os.unlink(output)
-        sys.exit(status)
-    if output is None or not output.endswith('.o'):
-        sys.exit(0)
-    try:
-        encode_path(output, features)
-    except EncodeFailure as err:
-        click.echo(f'objbtf: {err}', err=True)
-        sys.exit(1)
-    sys.exit(0)
-
-
-def _output_of(command: tuple[str, ...]) -> str | None:
-    """The file after -o (or -oFILE) in a compiler command line."""
-    for i, arg in enumerate(command):
-        if arg == '-o' and i + 1 < len(command):
-            return command[i + 1]
-        if arg.startswith('-o') and len(arg) > 2:
-            return arg[2:]
-    return None
+    from .commands import run_cc
+    sys.exit(run_cc(list(command), features))
 
 
 def _read_or_exit(path: str, base_path: str | None):

@@ -5,7 +5,7 @@ pyelftools) and applies DWARF relocations in bulk.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 from .btf.dedup import dedup
 from .btf.kinds import Kind
@@ -32,24 +32,14 @@ class EncodeError(Exception):
     """An object that cannot be encoded; the message says why."""
 
 
-@dataclass(slots=True)
-class VarPlacement:
+class VarPlacement(namedtuple('VarPlacement', 'section offset symbol addend size')):
     """Where a variable lives in this object, from its DWARF address's relocation."""
-    section: int          # section index
-    offset: int           # offset within that section
-    symbol: int           # symbol to relocate against
-    addend: int           # addend for that symbol (0 for the variable's own)
-    size: int
+    __slots__ = ()
 
 
-@dataclass(slots=True)
-class Encoded:
+class Encoded(namedtuple('Encoded', 'btf raw relocs functions variables')):
     """The result of encoding one object."""
-    btf: Btf
-    raw: bytes
-    relocs: list[Reloc] = field(default_factory=list)
-    functions: int = 0
-    variables: int = 0
+    __slots__ = ()
 
 
 def has_dwarf(elf: ElfFile) -> bool:

@@ -1,8 +1,6 @@
 """Encoding features, named like pahole's ``--btf_features``."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 #: pahole's default set (``--btf_features=default``).
 DEFAULT = ('encode_force', 'var', 'float', 'decl_tag', 'type_tag', 'enum64',
            'optimized_func', 'consistent_func', 'decl_tag_kfuncs')
@@ -10,20 +8,17 @@ DEFAULT = ('encode_force', 'var', 'float', 'decl_tag', 'type_tag', 'enum64',
 OPTIONAL = ('global_var', 'reproducible_build', 'distilled_base')
 
 
-@dataclass(frozen=True, slots=True)
 class Features:
-    encode_force: bool = True
-    var: bool = True
-    float: bool = True
-    decl_tag: bool = True
-    type_tag: bool = True
-    enum64: bool = True
-    optimized_func: bool = True
-    consistent_func: bool = True
-    decl_tag_kfuncs: bool = True
-    global_var: bool = False
-    reproducible_build: bool = False
-    distilled_base: bool = False
+    """Which BTF features to encode; each one is a boolean attribute."""
+    NAMES = DEFAULT + OPTIONAL
+    __slots__ = NAMES
+
+    def __init__(self, **on: bool):
+        unknown = set(on) - set(self.NAMES)
+        if unknown:
+            raise TypeError(f'unknown features {sorted(unknown)}')
+        for name in self.NAMES:
+            setattr(self, name, on.get(name, name in DEFAULT))
 
     @classmethod
     def parse(cls, spec: str | None) -> Features:
@@ -34,8 +29,7 @@ class Features:
         """
         if not spec:
             return cls()
-        known = {f.name for f in fields(cls)}
-        on = dict.fromkeys(known, False)
+        on = dict.fromkeys(cls.NAMES, False)
         for word in (w.strip() for w in spec.split(',')):
             if not word:
                 continue
@@ -44,13 +38,13 @@ class Features:
             if name == 'default':
                 on.update(dict.fromkeys(DEFAULT, value))
             elif name == 'all':
-                on.update(dict.fromkeys(known, value))
-            elif name in known:
+                on.update(dict.fromkeys(cls.NAMES, value))
+            elif name in on:
                 on[name] = value
             else:
                 raise ValueError(f'unknown BTF feature {name!r}; known: '
-                                 + ', '.join(DEFAULT + OPTIONAL))
+                                 + ', '.join(cls.NAMES))
         return cls(**on)
 
     def names(self) -> list[str]:
-        return [f.name for f in fields(self) if getattr(self, f.name)]
+        return [n for n in self.NAMES if getattr(self, n)]

@@ -6,7 +6,7 @@ needs CAP_BPF or CAP_SYS_ADMIN.
 
 Split BTF cannot be checked this way.  The command takes no base: Linux 6.1's
 ``union bpf_attr`` has no field for one, and later kernels added only
-``btf_flags`` and ``btf_token_fd``.  The kernel accepts split BTF only from a
+``btf_log_true_size``, ``btf_flags`` and ``btf_token_fd``.  The kernel accepts split BTF only from a
 module's ``.BTF`` section when the module is loaded (``btf_parse_module``,
 which runs the per-type checks and the type tag check but not reference
 resolution), so the only kernel check of module BTF is loading the module.

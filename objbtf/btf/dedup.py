@@ -339,7 +339,10 @@ class _Dedup:
             if ca is None:
                 ca = self.kids(cand)
             if ca:
-                push(zip(reversed(ca), reversed(self.kids(canon))))
+                cb = children[canon]
+                if cb is None:
+                    cb = self.kids(canon)
+                push(zip(reversed(ca), reversed(cb)))
         return True
 
     def _compatible(self, cand: int, canon: int) -> bool:
@@ -400,10 +403,17 @@ class _Dedup:
     def _merge_hypot(self) -> None:
         """Keep what an equivalent walk learnt: FWD resolutions, and the
         structs of the candidate graph that now have a canonical match."""
-        m, kinds, resolve = self.map, self.kinds, self.resolve
+        m, kinds = self.map, self.kinds
         adjust = self.adjust_canon
-        for canon, targ in self.hypot.items():
-            t_id, c_id = resolve(targ), resolve(canon)
+        for c_id, t_id in self.hypot.items():
+            j = m[t_id]
+            while j >= 0 and j != t_id:
+                t_id = j
+                j = m[t_id]
+            j = m[c_id]
+            while j >= 0 and j != c_id:
+                c_id = j
+                j = m[c_id]
             tk, ck = kinds[t_id], kinds[c_id]
             if ck is _FWD:
                 if tk is not _FWD:

@@ -7,37 +7,29 @@ two types can be compared and hashed cheaply by ``BtfType.key()``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple
+from collections import namedtuple
+from collections.abc import Callable, Iterator
 
 from .kinds import Kind
 from .strings import StringReader
 
 
-class Member(NamedTuple):
-    name: str
-    type: int
-    bit_offset: int
-    bitfield_size: int = 0
+class Member(namedtuple('Member', 'name type bit_offset bitfield_size', defaults=(0,))):
+    __slots__ = ()
 
 
-class Param(NamedTuple):
-    name: str
-    type: int
+class Param(namedtuple('Param', 'name type')):
+    __slots__ = ()
 
 
-class Enumerator(NamedTuple):
-    name: str
-    value: int
+class Enumerator(namedtuple('Enumerator', 'name value')):
+    __slots__ = ()
 
 
-class VarSecinfo(NamedTuple):
-    type: int
-    offset: int
-    size: int
+class VarSecinfo(namedtuple('VarSecinfo', 'type offset size')):
+    __slots__ = ()
 
 
-@dataclass(slots=True, eq=False)
 class BtfType:
     """One BTF type.  Which fields matter depends on ``kind``:
 
@@ -49,19 +41,30 @@ class BtfType:
     (Param; a last Param('', 0) marks varargs).  VAR: type, linkage.
     DATASEC: size, items (VarSecinfo).  DECL_TAG: type, component_idx.
     """
-    kind: Kind
-    name: str = ''
-    size: int = 0
-    type: int = 0
-    kflag: int = 0
-    encoding: int = 0
-    bit_offset: int = 0
-    bits: int = 0
-    index_type: int = 0
-    nelems: int = 0
-    linkage: int = 0
-    component_idx: int = -1
-    items: tuple = ()
+
+    __slots__ = ('kind', 'name', 'size', 'type', 'kflag', 'encoding', 'bit_offset', 'bits',
+                 'index_type', 'nelems', 'linkage', 'component_idx', 'items')
+
+    def __init__(self, kind: Kind, name: str = '', size: int = 0, type: int = 0,
+                 kflag: int = 0, encoding: int = 0, bit_offset: int = 0, bits: int = 0,
+                 index_type: int = 0, nelems: int = 0, linkage: int = 0,
+                 component_idx: int = -1, items: tuple = ()):
+        self.kind = kind
+        self.name = name
+        self.size = size
+        self.type = type
+        self.kflag = kflag
+        self.encoding = encoding
+        self.bit_offset = bit_offset
+        self.bits = bits
+        self.index_type = index_type
+        self.nelems = nelems
+        self.linkage = linkage
+        self.component_idx = component_idx
+        self.items = items
+
+    def __repr__(self) -> str:
+        return f'BtfType({self.kind.name} {self.name!r} {self.key()[2:]})'
 
     def key(self) -> tuple:
         """Everything that makes this type what it is, as a hashable tuple."""
@@ -124,21 +127,27 @@ _ONE_REF = frozenset({Kind.PTR, Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST,
 VOID = BtfType(Kind.UNKN)
 
 
-@dataclass(slots=True)
 class Btf:
     """A BTF type table, optionally split on top of a base.
 
     ``types[0]`` is the void placeholder of a base BTF.  For split BTF,
     ``types`` holds only the split part (no placeholder) and ids start at
-    ``base.next_id``.
+    ``base.next_id``.  ``strings`` is the string section the table was read
+    from, if it was read from bytes: split BTF on top of it resolves and
+    reuses the base's names.
     """
-    types: list[BtfType] = field(default_factory=lambda: [VOID])
-    base: Btf | None = None
-    byteorder: str = 'little'
+    __slots__ = ('types', 'base', 'byteorder', 'strings')
 
-    def __post_init__(self) -> None:
-        if self.base is not None and self.types and self.types[0] is VOID:
-            self.types = self.types[1:]
+    def __init__(self, types: list[BtfType] | None = None, base: Btf | None = None,
+                 byteorder: str = 'little', strings: StringReader | None = None):
+        if types is None:
+            types = [] if base is not None else [VOID]
+        elif base is not None and types and types[0] is VOID:
+            types = types[1:]
+        self.types = types
+        self.base = base
+        self.byteorder = byteorder
+        self.strings = strings
 
     @property
     def start_id(self) -> int:
@@ -174,7 +183,3 @@ class Btf:
     def __len__(self) -> int:
         """Number of types this table holds, void excluded."""
         return len(self.types) - (0 if self.base is not None else 1)
-
-    #: The string section this table was read from, if it was read from
-    #: bytes: split BTF on top of it resolves and reuses the base's names.
-    strings: StringReader | None = None

@@ -439,6 +439,12 @@ class _Checker:
         self.kstart = 0 if btf.base is None else self.first
         self._identifiers: dict[str, bool] = {}
         self._base_sizes: dict[int, int] = {}
+        # The resolution state, per type id: visit state, resolved id and size.
+        self.state = bytearray(self.total)
+        self.rid = [0] * self.total
+        self.rsize = [0] * self.total
+        self.stack: list[list[int]] = []
+        self.mode = _MODE_TBD
 
     def run(self) -> list[Problem]:
         return self.check_metas() or self.check_references()
@@ -505,11 +511,6 @@ class _Checker:
     # -- pass 3: references (btf_check_all_types) --------------------------
 
     def check_references(self) -> list[Problem]:
-        self.state = bytearray(self.total)
-        self.rid = [0] * self.total
-        self.rsize = [0] * self.total
-        self.stack: list[list[int]] = []
-        self.mode = _MODE_TBD
         try:
             for type_id in range(self.first, self.total):
                 t = self.types[type_id]
@@ -972,7 +973,7 @@ def _no_kflag(t: BtfType) -> str | None:
     return 'kind_flag must be 0' if t.kflag else None
 
 
-def _type_id(t: BtfType, what: str, type_id: int, allow_void: bool = True) -> str | None:
+def _type_id(what: str, type_id: int, allow_void: bool = True) -> str | None:
     if not allow_void and not type_id:
         return f'{what} is void'
     if type_id > BTF_MAX_TYPE:
@@ -1001,7 +1002,7 @@ def _meta_int(c: _Checker, t: BtfType) -> str | None:
 
 def _meta_reference(c: _Checker, t: BtfType) -> str | None:
     kflag = c.tag_kflag(t) if t.kind is Kind.TYPE_TAG else _no_kflag(t)
-    message = _no_vlen(t) or kflag or _type_id(t, 'target', t.type)
+    message = _no_vlen(t) or kflag or _type_id('target', t.type)
     if message:
         return message
     if t.kind is Kind.TYPEDEF:
@@ -1019,8 +1020,8 @@ def _meta_fwd(c: _Checker, t: BtfType) -> str | None:
 
 def _meta_array(c: _Checker, t: BtfType) -> str | None:
     return (_anonymous(t) or _no_vlen(t) or _no_kflag(t)
-            or _type_id(t, 'element type', t.type, allow_void=False)
-            or _type_id(t, 'index type', t.index_type, allow_void=False))
+            or _type_id('element type', t.type, allow_void=False)
+            or _type_id('index type', t.index_type, allow_void=False))
 
 
 def _meta_struct(c: _Checker, t: BtfType) -> str | None:
@@ -1081,7 +1082,7 @@ def _meta_func(c: _Checker, t: BtfType) -> str | None:
 
 def _meta_var(c: _Checker, t: BtfType) -> str | None:
     message = (_no_vlen(t) or _no_kflag(t) or c.named(t)
-               or _type_id(t, 'type', t.type, allow_void=False))
+               or _type_id('type', t.type, allow_void=False))
     if message:
         return message
     if t.linkage not in (0, 1):

@@ -7,7 +7,7 @@ which to emit (it needs the ELF symbols) and calls ``add_function`` and
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param
@@ -30,10 +30,8 @@ class LoadError(Exception):
     """DWARF that is well-formed but cannot be expressed as BTF."""
 
 
-@dataclass(slots=True)
-class Annotation:
-    value: str
-    component_idx: int
+class Annotation(namedtuple('Annotation', 'value component_idx')):
+    __slots__ = ()
 
 
 class CuLoader:

@@ -10,7 +10,6 @@ matters because the encoder runs once per object of a kernel build.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
 from . import constants as C
 
@@ -74,36 +73,47 @@ class Expr(tuple):
         return self[1]
 
 
-@dataclass(slots=True, eq=False)
 class Die:
-    offset: int
-    tag: int
-    attrs: dict
-    children: list = field(default_factory=list)
-    top: bool = False
+    """A kept DIE: ``attrs`` maps DW_AT_* to converted values; ``top`` when
+    its parent is the unit DIE."""
+    __slots__ = ('offset', 'tag', 'attrs', 'children', 'top')
+
+    def __init__(self, offset: int, tag: int, attrs: dict, top: bool = False):
+        self.offset = offset
+        self.tag = tag
+        self.attrs = attrs
+        self.children: list[Die] = []
+        self.top = top
 
 
-@dataclass(slots=True)
 class CompileUnit:
-    offset: int
-    version: int
-    address_size: int
-    die: Die
-    dies: list[Die]            # every kept DIE in .debug_info order
-    by_offset: dict[int, Die]  # kept DIEs by .debug_info offset
-    addr_base: int = 0
+    """One unit: its root DIE, every kept DIE in order, and a map by offset."""
+    __slots__ = ('offset', 'version', 'address_size', 'die', 'dies', 'by_offset', 'addr_base')
+
+    def __init__(self, offset: int, version: int, address_size: int, die: Die,
+                 dies: list[Die], by_offset: dict[int, Die], addr_base: int = 0):
+        self.offset = offset
+        self.version = version
+        self.address_size = address_size
+        self.die = die
+        self.dies = dies
+        self.by_offset = by_offset
+        self.addr_base = addr_base
 
 
-@dataclass(slots=True)
 class DebugSections:
     """The section contents the decoder reads, relocations already applied."""
-    info: bytes
-    abbrev: bytes
-    str: bytes = b''
-    line_str: bytes = b''
-    str_offsets: bytes = b''
-    addr: bytes = b''
-    byteorder: str = 'little'
+    __slots__ = ('info', 'abbrev', 'str', 'line_str', 'str_offsets', 'addr', 'byteorder')
+
+    def __init__(self, info: bytes, abbrev: bytes, str: bytes = b'', line_str: bytes = b'',
+                 str_offsets: bytes = b'', addr: bytes = b'', byteorder: str = 'little'):
+        self.info = info
+        self.abbrev = abbrev
+        self.str = str
+        self.line_str = line_str
+        self.str_offsets = str_offsets
+        self.addr = addr
+        self.byteorder = byteorder
 
 
 def _uleb(buf: bytes, pos: int) -> tuple[int, int]:
@@ -134,13 +144,21 @@ def _sleb(buf: bytes, pos: int) -> tuple[int, int]:
 _FIXED, _ULEB, _SLEB, _CSTR, _BLK_ULEB, _BLK_FIXED, _CONST, _INDIRECT = range(8)
 
 
-@dataclass(slots=True)
 class _Abbrev:
-    tag: int
-    has_children: bool
-    plan: tuple            # steps, see _compile_plan
-    extract: tuple         # (attr, value index, form) for wanted attributes
-    nvalues: int
+    """A compiled abbreviation: ``plan`` decodes its values (see
+    ``_compile_plan``), ``extract`` picks (attr, value index, form) of the
+    wanted attributes."""
+    __slots__ = ('tag', 'has_children', 'plan', 'extract', 'fixed_size')
+
+    def __init__(self, tag: int, has_children: bool, plan: tuple, extract: tuple):
+        self.tag = tag
+        self.has_children = has_children
+        self.plan = plan
+        self.extract = extract
+        #: Bytes of attribute data when every form has a fixed size, else None:
+        #: a DIE that is not kept is then skipped without decoding.
+        self.fixed_size = (sum(step[2] for step in plan if step[0] == _FIXED)
+                           if all(step[0] in (_FIXED, _CONST) for step in plan) else None)
 
 
 def _fixed_fmt(form: int, addr_size: int, off_size: int, version: int) -> str | None:
@@ -235,7 +253,7 @@ def parse_abbrevs(data: bytes, offset: int, e: str, addr_size: int, off_size: in
             plan = _compile_plan(specs, e, addr_size, off_size, version)
             extract = tuple((attr, i, form) for i, (attr, form, _) in enumerate(specs)
                             if attr in WANTED)
-            out[code] = _Abbrev(tag, has_children, plan, extract, len(specs))
+            out[code] = _Abbrev(tag, has_children, plan, extract)
     except IndexError:
         raise DwarfError(f'.debug_abbrev truncated at offset {pos}') from None
     return out
@@ -255,6 +273,7 @@ class _UnitDecoder:
         self.e = '<' if secs.byteorder == 'little' else '>'
         self.str_offsets_base = 8 if off_size == 4 else 16
         self.addr_base = 8
+        self._strings: dict[int, str] = {}
 
     def values(self, buf: bytes, pos: int, plan) -> tuple[list, int]:
         """Decode one DIE's attribute values following ``plan``."""
@@ -294,21 +313,37 @@ class _UnitDecoder:
                 raise DwarfError('DW_FORM_indirect is not supported')
         return vals, pos
 
-    def convert(self, form: int, v):
-        """Turn a raw value into what the loader uses (str, absolute ref, int)."""
-        if form in _REF_CU_FORMS:
-            return self.cu_offset + v
-        if form in _STR_FORMS:
-            return self.string(form, v)
-        if form == _F_SDATA or form == _F_IMPLICIT_CONST:
-            return v
-        if form in (_F_STRX3, _F_ADDRX3):
-            return int.from_bytes(v, self.s.byteorder)
-        return v
+    def converters(self, ab: _Abbrev) -> tuple:
+        """(attr, value index, converter or None) for the wanted attributes.
+
+        The converter turns a raw value into what the loader uses: a str, an
+        absolute DIE offset, or an int; None keeps the value as it is.
+        """
+        out = []
+        for attr, i, form in ab.extract:
+            if form in _REF_CU_FORMS:
+                fn = self.cu_offset.__add__
+            elif form == _F_STRP:
+                fn = self.strp
+            elif form in _STR_FORMS:
+                fn = (lambda v, form=form: self.string(form, v))
+            elif form in (_F_STRX3, _F_ADDRX3):
+                fn = (lambda v: int.from_bytes(v, self.s.byteorder))
+            else:
+                fn = None
+            out.append((attr, i, fn))
+        return tuple(out)
+
+    def strp(self, off: int) -> str:
+        """A .debug_str string, cached: member and type names repeat a lot."""
+        s = self._strings.get(off)
+        if s is None:
+            s = self._strings[off] = _cstr(self.s.str, off, '.debug_str')
+        return s
 
     def string(self, form: int, v) -> str:
         if form == _F_STRP:
-            return _cstr(self.s.str, v, '.debug_str')
+            return self.strp(v)
         if form == _F_STRING:
             return v.decode('utf-8', 'replace')
         if form == _F_LINE_STRP:
@@ -402,12 +437,12 @@ def read_units(secs: DebugSections) -> list[CompileUnit]:
 
 def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUnit:
     abbrevs = dec.abbrevs
-    convert = dec.convert
     values = dec.values
+    converters: dict[int, tuple] = {}
     dies: list[Die] = []
     by_offset: dict[int, Die] = {}
-    # Stack of (kept Die or None, tag) for the open parents.
-    stack: list[tuple[Die | None, int]] = []
+    # The open parents: the kept Die, or None for a DIE that is not kept.
+    stack: list[Die | None] = []
     root: Die | None = None
     while pos < end:
         die_off = pos
@@ -424,28 +459,39 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
         ab = abbrevs.get(code)
         if ab is None:
             raise DwarfError(f'DIE at 0x{die_off:x} uses unknown abbreviation {code}')
-        vals, pos = values(info, pos, ab.plan)
         tag = ab.tag
-        parent, parent_tag = stack[-1] if stack else (None, 0)
-        keep = (tag in TYPE_TAGS
+        depth = len(stack)
+        parent = stack[-1] if stack else None
+        if not (tag in TYPE_TAGS
                 or (parent is not None and tag in CHILD_TAGS)
-                or (len(stack) == 1 and tag in TOP_TAGS)
-                or root is None)
-        die = None
-        if keep:
-            if root is None:
-                _unit_bases(dec, ab, vals)
-            attrs = {attr: convert(form, vals[i]) for attr, i, form in ab.extract}
-            die = Die(die_off, tag, attrs, top=len(stack) == 1)
-            if root is None:
-                root = die
+                or (depth == 1 and tag in TOP_TAGS)
+                or root is None):
+            if ab.fixed_size is not None:
+                pos += ab.fixed_size
             else:
-                dies.append(die)
-                by_offset[die_off] = die
-                if parent is not None:
-                    parent.children.append(die)
+                _, pos = values(info, pos, ab.plan)
+            if ab.has_children:
+                stack.append(None)
+            continue
+        vals, pos = values(info, pos, ab.plan)
+        if root is None:
+            _unit_bases(dec, ab, vals)
+        conv = converters.get(code)
+        if conv is None:
+            conv = converters[code] = dec.converters(ab)
+        attrs = {attr: vals[i] if fn is None else fn(vals[i]) for attr, i, fn in conv}
+        die = Die(die_off, tag, attrs, top=depth == 1)
+        if root is None:
+            root = die
+        else:
+            dies.append(die)
+            by_offset[die_off] = die
+            if parent is not None:
+                parent.children.append(die)
         if ab.has_children:
-            stack.append((die, tag))
+            stack.append(die)
+    if pos > end:
+        raise DwarfError(f'DIE data runs past the end of the unit at 0x{end:x}')
     if root is None:
         raise DwarfError('unit without a root DIE')
     return CompileUnit(dec.cu_offset, dec.version, dec.addr_size, root, dies, by_offset,

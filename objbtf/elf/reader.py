@@ -9,7 +9,8 @@ import mmap
 import os
 import struct
 import zlib
-from typing import Callable, NamedTuple
+from collections import namedtuple
+from collections.abc import Callable
 
 from .consts import (ELFCLASS32, ELFCLASS64, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD,
                      ELFDATA2LSB, ELFDATA2MSB, SHF_COMPRESSED, SHN_XINDEX,
@@ -47,31 +48,15 @@ LAYOUTS = {(bits, order): Layout(bits, order)
            for bits in (32, 64) for order in ('little', 'big')}
 
 
-class Section(NamedTuple):
+class Section(namedtuple('Section', 'index name type flags addr offset size link info '
+                                    'addralign entsize name_offset')):
     """One section header; ``name_offset`` is sh_name, kept for rewriting."""
-    index: int
-    name: str
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    addralign: int
-    entsize: int
-    name_offset: int
+    __slots__ = ()
 
 
-class Symbol(NamedTuple):
+class Symbol(namedtuple('Symbol', 'index name value size type bind shndx')):
     """One symbol table entry; ``shndx`` is already resolved through SHT_SYMTAB_SHNDX."""
-    index: int
-    name: str
-    value: int
-    size: int
-    type: int
-    bind: int
-    shndx: int
+    __slots__ = ()
 
 
 Relocation = tuple[int, int, int, int]   # (offset, symbol index, type, addend)

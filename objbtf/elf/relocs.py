@@ -6,14 +6,15 @@ from the file, so big-endian variants of a machine need no entry of their own.
 from __future__ import annotations
 
 import struct
-from typing import Callable, Mapping, NamedTuple
+from collections import namedtuple
+from collections.abc import Callable, Mapping
 
 from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL
 from .errors import ElfError
 from .reader import ElfFile, Section
 
 
-class RelocType(NamedTuple):
+class RelocType(namedtuple('RelocType', 'name width kind')):
     """What one relocation type does to the bytes at its offset.
 
     kind is 'abs' (S + A), 'none' (nothing) or 'pcrel' (S + A - P, which has no
@@ -21,12 +22,10 @@ class RelocType(NamedTuple):
     TLS offsets (DTPOFF and kin) are 'abs': S is the variable's offset in its
     TLS section, the best an unlinked object can say.
     """
-    name: str
-    width: int
-    kind: str
+    __slots__ = ()
 
 
-class Arch(NamedTuple):
+class Arch(namedtuple('Arch', 'name rela abs32 abs32_signed types')):
     """Relocation facts of one machine.
 
     ``abs32`` is the type that makes a 32-bit field hold a symbol's address;
@@ -34,11 +33,7 @@ class Arch(NamedTuple):
     (x86_64 kernel addresses are 0xffffffff8xxxxxxx, so R_X86_64_32S, which the
     linker checks as a signed value; R_X86_64_32 would overflow).
     """
-    name: str
-    rela: bool
-    abs32: int
-    abs32_signed: bool
-    types: Mapping[int, RelocType]
+    __slots__ = ()
 
     def reloc_section_name(self, target: str) -> str:
         """'.rela.X' or '.rel.X' for section X, as the ABI names it."""
