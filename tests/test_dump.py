@@ -7,7 +7,9 @@ import pytest
 
 from conftest import need
 from fixtures.btf import inputs
+from objbtf.btf import VarSecinfo, encode_btf
 from objbtf.btf.dump import dump_btf
+from objbtf.btf.kinds import FUNC_EXTERN, VAR_GLOBAL_EXTERN
 
 
 def bpftool_dump(inp: inputs.BtfInput) -> list[str]:
@@ -27,10 +29,9 @@ def assert_same_dump(inp: inputs.BtfInput) -> None:
     assert len(ours) == len(expected), f'{len(ours)} lines, bpftool prints {len(expected)}'
 
 
-@pytest.mark.parametrize('name', ['gcc-objcopy', 'gcc-O0-detached', 'clang-objcopy',
-                                  'clang-detached'])
-def test_pahole_output(tmp_path, name):
-    assert_same_dump(inputs.host_inputs(tmp_path)[name])
+@pytest.mark.parametrize('variant', sorted(inputs.HOST_VARIANTS))
+def test_pahole_output(tmp_path, variant):
+    assert_same_dump(inputs.host_input(tmp_path, variant))
 
 
 def test_bpf_object_with_tags(tmp_path):
@@ -44,7 +45,7 @@ def test_bpf_object_with_tags(tmp_path):
 def test_every_kind_and_encoding_is_covered(tmp_path):
     """The inputs above exercise every kind and every variant of the text."""
     _, bpf = inputs.bpf_object(tmp_path)
-    text = '\n'.join(bpftool_dump(inputs.host_inputs(tmp_path)['gcc-objcopy'])
+    text = '\n'.join(bpftool_dump(inputs.host_input(tmp_path, 'gcc-objcopy'))
                      + bpftool_dump(bpf))
     for needle in ('] INT ', '] PTR ', '] ARRAY ', '] STRUCT ', '] UNION ', '] ENUM ',
                    '] ENUM64 ', '] TYPEDEF ', '] VOLATILE ', '] CONST ', '] RESTRICT ',
@@ -54,6 +55,25 @@ def test_every_kind_and_encoding_is_covered(tmp_path):
                    ', linkage=global', 'bitfield_size=', "'(anon)' type_id=0",
                    'component_idx=-1', 'component_idx=0', 'encoding=BOOL', 'nr_elems=0'):
         assert needle in text + '\n', f'no {needle!r} in the dumps'
+
+
+def test_zoo_with_unusual_values(tmp_path):
+    """Values no compiler emits still print as bpftool prints them."""
+    btf, ids = inputs.zoo()
+    btf.types[ids['int']].encoding = 3            # UNKN
+    btf.types[ids['fn']].linkage = FUNC_EXTERN
+    btf.types[ids['vfn']].linkage = 7             # (unknown)
+    btf.types[ids['counter']].linkage = VAR_GLOBAL_EXTERN
+    btf.types[ids['buf']].linkage = 9             # (unknown)
+    btf.types[ids['data']].items += (VarSecinfo(0, 40, 1), VarSecinfo(btf.next_id + 3, 41, 1))
+    path = tmp_path / 'zoo.btf'
+    path.write_bytes(encode_btf(btf))
+    inp = inputs.BtfInput(path.read_bytes(), path)
+    text = '\n'.join(bpftool_dump(inp))
+    for needle in ('encoding=UNKN', 'linkage=extern', 'linkage=(unknown)', "(UNKNOWN '(anon)')",
+                   'fwd_kind=union', "val=-1\n", 'val=1099511627776LL'):
+        assert needle in text + '\n', needle
+    assert_same_dump(inp)
 
 
 def test_vmlinux():
