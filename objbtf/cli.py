@@ -156,3 +156,44 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
                'its verifier log:')
     click.echo(verdict.log.rstrip())
     return False
+
+
+@main.command()
+@click.argument('file', type=click.Path(exists=True, dir_okay=False))
+@base_option
+@click.option('-o', '--output', type=click.Path(dir_okay=False),
+              help='Write here instead of into FILE: a name ending in .o gets an object '
+                   'with an alloc, read-only .BTF (like the kernel\'s .btf.vmlinux.bin.o), '
+                   'any other name the raw BTF.')
+@click.option('--input-section', default='.BTF', show_default=True,
+              help='The section of FILE that holds the per-object BTF.')
+@features_option
+def link(file: str, base_path: str | None, output: str | None, input_section: str,
+         features: Features) -> None:
+    """Merge the per-object BTF of a linked FILE into its final BTF.
+
+    \b
+    FILE is the kernel's temporary vmlinux (.tmp_vmlinux.btf), linked from
+    encoded objects: ld concatenated their .BTF and applied .rela.BTF, so
+    every variable's address is known.  Or, with --base vmlinux, a module
+    (.ko), which gets split BTF on top of vmlinux's.
+    \b
+    The passes: concatenate, relocate (variables to output sections),
+    datasec (one per output section), functions (drop names whose
+    prototypes differ between objects or that sit at several addresses),
+    dedup (libbpf's btf__dedup), emit.
+    """
+    from linkdedup.pipeline import LinkError, Progress, link as run_link
+    from .btf.errors import BtfError
+    from .elf.errors import ElfError
+    try:
+        summary = run_link(file, features=features, base_path=base_path, output=output,
+                           section=input_section, progress=Progress(sys.stderr.isatty()))
+    except LinkError as err:
+        raise click.ClickException(str(err)) from None
+    except (BtfError, ElfError) as err:
+        raise click.ClickException(f'{file}: {err}') from None
+    except OSError as err:
+        raise click.ClickException(f'{err.filename or file}: {err.strerror}') from None
+    for line in summary.lines():
+        click.echo(line, err=True)

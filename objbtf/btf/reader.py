@@ -48,8 +48,12 @@ def blob_size(data: bytes, pos: int = 0) -> int:
     return hdr_len + max(type_off + type_len, str_off + str_len)
 
 
-def parse_btf(data: bytes, base: Btf | None = None) -> Btf:
-    """Parse a BTF blob; with ``base`` it is split BTF on top of it."""
+def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0) -> Btf:
+    """Parse a BTF blob; with ``base`` it is split BTF on top of it.
+
+    ``shift`` is added to every non-void type id the blob refers to: the link
+    concatenates blobs this way without a second pass over their types.
+    """
     order, hdr_len, type_off, type_len, str_off, str_len = read_header(data)
     e = '<' if order == 'little' else '>'
     body = hdr_len
@@ -60,11 +64,11 @@ def parse_btf(data: bytes, base: Btf | None = None) -> Btf:
         raise BtfError('the string section does not start with NUL')
     strings = StringReader(strdata, base.strings if base is not None else None)
     btf = Btf(base=base, byteorder=order, strings=strings)
-    _parse_types(btf, data[body + type_off: body + type_off + type_len], e, strings)
+    _parse_types(btf, data[body + type_off: body + type_off + type_len], e, strings, shift)
     return btf
 
 
-def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader) -> None:
+def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader, shift: int) -> None:
     head = struct.Struct(e + 'III')
     u32 = struct.Struct(e + 'I')
     i32 = struct.Struct(e + 'i')
@@ -96,7 +100,7 @@ def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader) -> None:
                     Kind.FLOAT, Kind.ENUM64):
             t.size = st
         else:
-            t.type = st
+            t.type = st + shift if st else 0
         if vlen and kind not in _VLEN_KINDS:
             raise BtfError(f'type {btf.next_id} ({kind.name}): vlen {vlen} must be 0')
         if kind is Kind.INT:
@@ -105,11 +109,13 @@ def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader) -> None:
                 raise BtfError(f'type {btf.next_id} (INT): reserved bits set in 0x{v:08x}')
             t.encoding, t.bit_offset, t.bits = (v >> 24) & 0x0f, (v >> 16) & 0xff, v & 0xff
         elif kind is Kind.ARRAY:
-            t.type, t.index_type, t.nelems = triple.unpack_from(tdata, pos)
+            at, ai, t.nelems = triple.unpack_from(tdata, pos)
+            t.type, t.index_type = at + shift if at else 0, ai + shift if ai else 0
         elif kind in (Kind.STRUCT, Kind.UNION):
             ms = []
             for j in range(vlen):
                 mn, mt, mo = triple.unpack_from(tdata, pos + 12 * j)
+                mt = mt + shift if mt else 0
                 if kflag:
                     ms.append(Member(name(mn), mt, mo & 0xffffff, mo >> 24))
                 else:
@@ -133,15 +139,15 @@ def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader) -> None:
                 vals.append(Enumerator(name(en), ev))
             t.items = tuple(vals)
         elif kind is Kind.FUNC_PROTO:
-            t.items = tuple(Param(name(pn), pt) for pn, pt in
+            t.items = tuple(Param(name(pn), pt + shift if pt else 0) for pn, pt in
                             (pair.unpack_from(tdata, pos + 8 * j) for j in range(vlen)))
         elif kind is Kind.FUNC:
             t.linkage = vlen
         elif kind is Kind.VAR:
             (t.linkage,) = u32.unpack_from(tdata, pos)
         elif kind is Kind.DATASEC:
-            t.items = tuple(VarSecinfo(*triple.unpack_from(tdata, pos + 12 * j))
-                            for j in range(vlen))
+            t.items = tuple(VarSecinfo(vt + shift if vt else 0, vo, vs) for vt, vo, vs in
+                            (triple.unpack_from(tdata, pos + 12 * j) for j in range(vlen)))
         elif kind is Kind.DECL_TAG:
             (t.component_idx,) = i32.unpack_from(tdata, pos)
         pos += need

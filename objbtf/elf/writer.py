@@ -19,7 +19,7 @@ from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
 
 from .consts import (ET_REL, SHF_INFO_LINK, SHN_LORESERVE, SHN_XINDEX, SHT_NOBITS,
-                     SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, STT_SECTION)
+                     SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, SHT_STRTAB, STT_SECTION)
 from .errors import ElfError
 from .reader import ElfFile, Layout, Section
 from .relocs import Arch, arch_for
@@ -346,7 +346,7 @@ def _emit(path: str, elf: ElfFile, headers: list[_Header], payload: dict[int, by
     fields[13] = shstrndx if shstrndx < SHN_LORESERVE else SHN_XINDEX
     table = b''.join(h.pack(layout) for h in headers)
     with memoryview(elf.data) as view:
-        _write_atomically(path, [layout.ehdr.pack(*fields), view[ehdr_size:fixed_end],
+        write_atomically(path, [layout.ehdr.pack(*fields), view[ehdr_size:fixed_end],
                                  *tail, b'\0' * pad, table])
 
 
@@ -366,10 +366,11 @@ def _temporary_beside(path: str) -> tuple[int, str]:
     raise FileExistsError(f'no free temporary name next to {path}')
 
 
-def _write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
-    """Write a temporary file next to ``path`` with its mode, then rename it over."""
+def write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
+    """Write a temporary file next to ``path`` with its mode (a new file gets
+    the usual 0666 less the umask), then rename it over."""
     path = os.path.realpath(path)
-    mode = stat.S_IMODE(os.stat(path).st_mode)
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~_umask()
     fd, tmp = _temporary_beside(path)
     try:
         with os.fdopen(fd, 'wb') as f:
@@ -383,3 +384,65 @@ def _write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def new_object(like: ElfFile, sections: Sequence[NewSection]) -> bytes:
+    """A relocatable object holding only ``sections``, for ``like``'s machine.
+
+    The kind of file ``objcopy --only-section`` makes: the link step writes
+    the final BTF this way for the kernel to link in (``.btf.vmlinux.bin.o``).
+    """
+    layout = like.layout
+    word = layout.word
+    names = b'\0' + b''.join(s.name.encode() + b'\0' for s in sections) + b'.shstrtab\0'
+    body = bytearray()
+    headers = [_Header(0, SHT_NULL, 0, 0, 0, 0, 0, 0, 0, 0)]
+    pos = layout.ehdr.size
+    name_at = 1
+    for s in sections:
+        pad = -pos % max(s.addralign, 1)
+        body += b'\0' * pad
+        pos += pad
+        headers.append(_Header(name_at, s.type, s.flags, 0, pos, len(s.data), 0, 0,
+                               s.addralign, s.entsize))
+        body += s.data
+        pos += len(s.data)
+        name_at += len(s.name) + 1
+    headers.append(_Header(name_at, SHT_STRTAB, 0, 0, pos, len(names), 0, 0, 1, 0))
+    body += names
+    pos += len(names)
+    pad = -pos % word
+    body += b'\0' * pad
+    shoff = pos + pad
+    ident = like.data[:16]
+    ehdr = layout.ehdr.pack(ident, ET_REL, like.machine, 1, 0, 0, shoff, 0,
+                            layout.ehdr.size, 0, 0, layout.shdr.size, len(headers),
+                            len(headers) - 1)
+    return ehdr + bytes(body) + b''.join(h.pack(layout) for h in headers)
+
+
+def replace_in_place(path: str, elf: ElfFile, name: str, data: bytes) -> None:
+    """Overwrite section ``name`` of a linked file with smaller contents.
+
+    Offsets and segments stay as they are; the section header's size
+    shrinks and the rest of the old contents is zeroed.  The link step uses
+    this to put the final BTF where the per-object BTF was.
+    """
+    sec = elf.section_by_name(name)
+    if sec is None:
+        raise ElfError(f'no {name} section to replace')
+    if len(data) > sec.size:
+        raise ElfError(f'new {name} ({len(data)} bytes) is larger than the old ({sec.size})')
+    headers = [_Header.of(s) for s in elf.sections]
+    headers[sec.index].size = len(data)
+    table = b''.join(h.pack(elf.layout) for h in headers)
+    buf = bytearray(elf.data)
+    buf[sec.offset:sec.offset + sec.size] = data + bytes(sec.size - len(data))
+    buf[elf.e_shoff:elf.e_shoff + len(table)] = table
+    write_atomically(path, [bytes(buf)])

@@ -1,0 +1,84 @@
+"""Pass 1, concatenate: the per-object BTF blobs of a linked file, as one table.
+
+ld concatenates the input ``.BTF`` sections into the output one, each blob
+starting on a 4-byte boundary (the sections' alignment), with zero padding
+in between.
+"""
+from __future__ import annotations
+
+from objbtf.btf.errors import BtfError
+from objbtf.btf.kinds import Kind, extra_len
+from objbtf.btf.reader import blob_size, parse_btf
+from objbtf.btf.types import Btf, BtfType
+
+
+class Blob:
+    """One object's BTF inside the concatenation."""
+    __slots__ = ('index', 'offset', 'data', 'first_id', 'count')
+
+    def __init__(self, index: int, offset: int, data: bytes):
+        self.index = index
+        self.offset = offset      # where the blob starts in the section
+        self.data = data
+        self.first_id = 0         # its first type's id in the concatenated table
+        self.count = 0
+
+
+def split_blobs(section: bytes) -> list[Blob]:
+    """The blobs of a concatenated .BTF section, in link order."""
+    blobs: list[Blob] = []
+    pos = 0
+    end = len(section)
+    while pos < end:
+        if section[pos:pos + 4] == b'\0\0\0\0':
+            pos += 4 - pos % 4 if pos % 4 else 4
+            continue
+        try:
+            size = blob_size(section, pos)
+        except BtfError as err:
+            raise BtfError(f'BTF blob {len(blobs) + 1} at offset {pos}: {err}') from None
+        blobs.append(Blob(len(blobs), pos, section[pos:pos + size]))
+        pos += size
+        pos += -pos % 4
+    return blobs
+
+
+def concatenate(blobs: list[Blob], base: Btf | None = None, byteorder: str = 'little') -> Btf:
+    """One type table holding every blob's types, ids shifted to fit (after
+    ``base``'s, for a module's split BTF)."""
+    out = Btf(base=base, byteorder=byteorder)
+    for blob in blobs:
+        blob.first_id = out.next_id
+        try:
+            part = parse_btf(blob.data, shift=blob.first_id - 1)
+        except BtfError as err:
+            raise BtfError(f'BTF blob {blob.index + 1} at offset {blob.offset}: {err}') from None
+        own = part.types[1:]
+        blob.count = len(own)
+        out.types.extend(own)
+    return out
+
+
+def secinfo_offsets(blob: Blob) -> dict[tuple[int, int], int]:
+    """Byte offset, within the blob, of each DATASEC entry's ``offset`` field,
+    keyed by (type id in the concatenation, entry index)."""
+    from objbtf.btf.reader import read_header
+    _, hdr_len, type_off, type_len, _, _ = read_header(blob.data)
+    order = 'little' if blob.data[:2] == b'\x9f\xeb' else 'big'
+    out = {}
+    pos = hdr_len + type_off
+    end = pos + type_len
+    type_id = blob.first_id
+    while pos < end:
+        info = int.from_bytes(blob.data[pos + 4:pos + 8], order)
+        kind, vlen = (info >> 24) & 0x1f, info & 0xffff
+        if kind == Kind.DATASEC:
+            for j in range(vlen):
+                out[type_id, j] = pos + 12 + 12 * j + 4
+        pos += 12 + extra_len(Kind(kind), vlen)
+        type_id += 1
+    return out
+
+
+def datasecs(btf: Btf) -> list[tuple[int, BtfType]]:
+    return [(i, t) for i, t in btf.own() if t.kind is Kind.DATASEC]

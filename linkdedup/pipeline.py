@@ -1,0 +1,106 @@
+"""``objbtf link``: the passes in order, with progress and a summary."""
+from __future__ import annotations
+
+import sys
+import time
+
+from objbtf.btf.dedup import dedup
+from objbtf.btf.errors import BtfError
+from objbtf.btf.types import Btf
+from objbtf.btf.writer import encode_btf
+from objbtf.elf.reader import ElfFile
+from objbtf.features import Features
+
+from .concat import concatenate, split_blobs
+from .datasec import rebuild_datasecs
+from .emit import emit
+from .functions import FunctionReport, check_functions
+from .relocate import place_variables
+from .tombstone import Tombstones
+
+
+class LinkError(Exception):
+    """The link cannot go on; the message names the file and the problem."""
+
+
+class Summary:
+    def __init__(self):
+        self.objects = 0
+        self.types_in = 0
+        self.types_out = 0
+        self.variables = 0
+        self.functions: FunctionReport | None = None
+        self.seconds = 0.0
+        self.written = ''
+
+    def lines(self) -> list[str]:
+        f = self.functions
+        out = [f'objbtf link: {self.objects} objects, {self.types_in} types in, '
+               f'{self.types_out} types out, {self.variables} variables, '
+               f'{self.seconds:.1f} s -> {self.written}']
+        if f is not None and f.dropped:
+            out.append(f'  functions dropped: {len(f.inconsistent)} with prototypes that '
+                       f'differ between objects, {len(f.ambiguous)} at several addresses')
+        return out
+
+
+class Progress:
+    """Step names on stderr while on a terminal, nothing otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.monotonic()
+
+    def step(self, what: str) -> None:
+        if self.enabled:
+            print(f'\r  [{time.monotonic() - self.start:5.1f}s] {what:<60}', end='',
+                  file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.enabled:
+            print('\r' + ' ' * 72 + '\r', end='', file=sys.stderr, flush=True)
+
+
+def link(path: str, *, features: Features, base_path: str | None = None,
+         output: str | None = None, section: str = '.BTF',
+         progress: Progress | None = None) -> Summary:
+    """Turn the per-object BTF in ``path`` into its final BTF."""
+    progress = progress or Progress(False)
+    summary = Summary()
+    started = time.monotonic()
+    base = _load_base(base_path) if base_path else None
+    with ElfFile.open(path) as elf:
+        sec = elf.section_by_name(section)
+        if sec is None or sec.size == 0:
+            raise LinkError(f'{path}: no {section} section: were the objects encoded '
+                            '(objbtf encode) and linked with their .BTF?')
+        progress.step('concatenate')
+        blobs = split_blobs(elf.section_data(sec))
+        btf = concatenate(blobs, base, elf.byteorder)
+        summary.objects = len(blobs)
+        summary.types_in = len(btf)
+        progress.step('relocate')
+        placed = place_variables(elf, btf, blobs, sec)
+        graves = Tombstones(btf)
+        progress.step('datasec')
+        summary.variables = rebuild_datasecs(btf, placed, graves)
+        progress.step('functions')
+        summary.functions = check_functions(btf, elf.symbols(), graves, features.consistent_func)
+        progress.step(f'dedup {len(btf)} types')
+        final = dedup(btf)
+        summary.types_out = len(final)
+        progress.step('emit')
+        raw = encode_btf(final)
+        summary.written = emit(raw, elf, path, section, output)
+    progress.done()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _load_base(path: str) -> Btf:
+    from objbtf.btf_file import load_btf_file
+    try:
+        return load_btf_file(path)
+    except (OSError, BtfError) as err:
+        raise LinkError(f'{path}: cannot read the base BTF: {err}') from None
+
