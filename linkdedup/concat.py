@@ -43,9 +43,19 @@ def split_blobs(section: bytes) -> list[Blob]:
     return blobs
 
 
+def canonical_order(blobs: list[Blob]) -> list[Blob]:
+    """The blobs sorted by their bytes, so that the final BTF does not depend
+    on the order the objects were linked in.
+
+    Only the DATASEC offsets in a blob depend on the layout, and they sit at
+    its end: two blobs rarely differ only there.
+    """
+    return sorted(blobs, key=lambda b: b.data)
+
+
 def concatenate(blobs: list[Blob], base: Btf | None = None, byteorder: str = 'little') -> Btf:
-    """One type table holding every blob's types, ids shifted to fit (after
-    ``base``'s, for a module's split BTF)."""
+    """One type table holding every blob's types, in the given order, ids
+    shifted to fit (after ``base``'s, for a module's split BTF)."""
     out = Btf(base=base, byteorder=byteorder)
     for blob in blobs:
         blob.first_id = out.next_id

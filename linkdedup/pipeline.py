@@ -11,7 +11,7 @@ from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features
 
-from .concat import concatenate, split_blobs
+from .concat import canonical_order, concatenate, split_blobs
 from .datasec import rebuild_datasecs
 from .emit import emit
 from .functions import FunctionReport, check_functions
@@ -75,7 +75,7 @@ def link(path: str, *, features: Features, base_path: str | None = None,
             raise LinkError(f'{path}: no {section} section: were the objects encoded '
                             '(objbtf encode) and linked with their .BTF?')
         progress.step('concatenate')
-        blobs = split_blobs(elf.section_data(sec))
+        blobs = canonical_order(split_blobs(elf.section_data(sec)))
         btf = concatenate(blobs, base, elf.byteorder)
         summary.objects = len(blobs)
         summary.types_in = len(btf)

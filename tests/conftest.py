@@ -70,3 +70,22 @@ def kernel_loader():
         pytest.fail('BPF_BTF_LOAD needs root; run the tests as root (CI does)')
     from objbtf.kernel import load_btf
     return load_btf
+
+
+@pytest.fixture(scope='session')
+def encoded_kernel(kernel_build, tmp_path_factory) -> Path:
+    """A copy of the reference build with every object encoded and the
+    temporary vmlinux and the modules linked again (kernel_tree.py)."""
+    from kernel_tree import encoded_tree
+    return encoded_tree(kernel_build, tmp_path_factory.mktemp('kernel') / 'build')
+
+
+@pytest.fixture(scope='session')
+def pahole_vmlinux_btf(kernel_build, tmp_path_factory) -> bytes:
+    """pahole -J (single-threaded, deterministic) on the stock pre-BTF vmlinux."""
+    need('pahole')
+    d = tmp_path_factory.mktemp('pahole')
+    out = d / 'vmlinux.btf'
+    run('pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_encode_detached',
+        out, kernel_build / '.tmp_vmlinux.btf')
+    return out.read_bytes()

@@ -15,11 +15,12 @@ def byteorder_of(data: bytes) -> str:
     """'little' or 'big' from the magic, or raise BtfError."""
     if len(data) < 4:
         raise BtfError('too short for a BTF header')
-    if data[0:2] == b'\x9f\xeb':
+    magic = bytes(data[0:2])
+    if magic == b'\x9f\xeb':
         return 'little'
-    if data[0:2] == b'\xeb\x9f':
+    if magic == b'\xeb\x9f':
         return 'big'
-    raise BtfError(f'bad magic 0x{data[0]:02x}{data[1]:02x}, not BTF')
+    raise BtfError(f'bad magic 0x{magic[0]:02x}{magic[1]:02x}, not BTF')
 
 
 def read_header(data: bytes) -> tuple[str, int, int, int, int, int]:
@@ -44,7 +45,8 @@ def read_header(data: bytes) -> tuple[str, int, int, int, int, int]:
 
 def blob_size(data: bytes, pos: int = 0) -> int:
     """Total length of the BTF blob starting at ``pos`` (header + sections)."""
-    _, hdr_len, type_off, type_len, str_off, str_len = read_header(data[pos:])
+    with memoryview(data) as view:       # no copy of what follows the blob
+        _, hdr_len, type_off, type_len, str_off, str_len = read_header(view[pos:])
     return hdr_len + max(type_off + type_len, str_off + str_len)
 
 

@@ -1,0 +1,61 @@
+"""An encoded copy of the reference kernel's build tree, linked as Kbuild links it.
+
+The stock tree (build-kernel.sh) has no per-object BTF.  This copies it,
+encodes every object, and runs the kernel's own link commands again: the
+temporary vmlinux link of scripts/link-vmlinux.sh (with --strip-debug:
+objbtf needs no DWARF at link time) and each module's saved `ld -r`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+TMP_VMLINUX = '.tmp_vmlinux.objbtf'
+#: scripts/link-vmlinux.sh's vmlinux_link for this config (KBUILD_LDFLAGS,
+#: LDFLAGS_vmlinux, the linker script and the objects).
+VMLINUX_LINK = ('ld -m elf_x86_64 -z noexecstack --no-warn-rwx-segments '
+                '-z max-page-size=0x200000 --build-id=sha1 --orphan-handling=warn '
+                '--strip-debug --script=./arch/x86/kernel/vmlinux.lds -o {out} '
+                '--whole-archive {archive} .vmlinux.export.o init/version-timestamp.o '
+                '--no-whole-archive --start-group --end-group')
+
+
+def _encode(path: str) -> str | None:
+    from objbtf.encode_file import encode_path
+    from objbtf.features import Features
+    encode_path(path, Features())
+    return None
+
+
+def objects(tree: Path) -> list[Path]:
+    return sorted(p for p in tree.rglob('*.o')
+                  if p.name not in ('vmlinux.o', '.btf.vmlinux.bin.o'))
+
+
+def encoded_tree(build: Path, dest: Path) -> Path:
+    """``dest`` holding an encoded, relinked copy of ``build``."""
+    shutil.copytree(build, dest, symlinks=True)
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(_encode, [str(p) for p in objects(dest)], chunksize=16))
+    link_vmlinux(dest, TMP_VMLINUX)
+    for ko in dest.rglob('*.ko'):
+        relink_module(dest, ko)
+    return dest
+
+
+def link_vmlinux(tree: Path, out: str, archive: str = 'vmlinux.a') -> Path:
+    subprocess.run(shlex.split(VMLINUX_LINK.format(out=out, archive=archive)), cwd=tree,
+                   check=True, capture_output=True)
+    return tree / out
+
+
+def relink_module(tree: Path, ko: Path) -> None:
+    """Run the module's saved `ld -r` again, now over encoded objects."""
+    cmd_file = ko.parent / f'.{ko.name}.cmd'
+    m = re.search(r'^(?:saved)?cmd_\S+ := (.*?);', cmd_file.read_text(), re.M)
+    subprocess.run(shlex.split(m.group(1)), cwd=tree, check=True, capture_output=True)

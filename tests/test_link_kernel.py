@@ -1,0 +1,141 @@
+"""objbtf link on the reference kernel, against pahole, libbpf, bpftool and the kernel."""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import need, objbtf, run
+from kernel_tree import TMP_VMLINUX
+from objbtf.btf import Kind, parse_btf
+from objbtf.elf.reader import ElfFile
+
+pytestmark = pytest.mark.kernel
+STT_OBJECT, STT_FUNC = 1, 2
+
+
+@pytest.fixture(scope='module')
+def linked(encoded_kernel, tmp_path_factory) -> tuple[Path, str]:
+    """(final raw BTF, the link's summary) of the encoded kernel."""
+    out = tmp_path_factory.mktemp('link') / 'vmlinux.btf'
+    r = objbtf('link', '--output', out, encoded_kernel / TMP_VMLINUX)
+    return out, r.stderr
+
+
+def kinds(btf) -> Counter:
+    return Counter(t.kind.name for _, t in btf.own())
+
+
+def function_symbols(path: Path) -> dict[str, set[int]]:
+    with ElfFile.open(str(path)) as elf:
+        out: dict[str, set[int]] = {}
+        for s in elf.symbols():
+            if s.type == STT_FUNC:
+                out.setdefault(s.name, set()).add(s.value)
+        return out
+
+
+def test_counts_match_pahole_but_for_functions(linked, pahole_vmlinux_btf, encoded_kernel):
+    ours = parse_btf(linked[0].read_bytes())
+    theirs = parse_btf(pahole_vmlinux_btf)
+    a, b = kinds(ours), kinds(theirs)
+    for kind in set(a) | set(b):
+        if kind not in ('FUNC', 'FUNC_PROTO', 'VAR'):
+            assert a[kind] == b[kind], kind
+    # Every FUNC pahole has and objbtf dropped is explained: several addresses
+    # in vmlinux, or prototypes that differ between objects (said in the summary).
+    ours_f = {t.name for _, t in ours.own() if t.kind is Kind.FUNC}
+    theirs_f = {t.name for _, t in theirs.own() if t.kind is Kind.FUNC}
+    assert ours_f <= theirs_f
+    symbols = function_symbols(encoded_kernel / TMP_VMLINUX)
+    ambiguous = {n for n in theirs_f - ours_f if len(symbols.get(n, ())) > 1}
+    inconsistent = theirs_f - ours_f - ambiguous
+    summary = linked[1]
+    assert f'{len(inconsistent)} with prototypes that differ' in summary
+    assert f'{len(ambiguous)} at several addresses' in summary
+    assert len(inconsistent) < 20 and len(ambiguous) < 400
+
+
+def percpu_symbols(path: Path) -> Counter:
+    with ElfFile.open(str(path)) as elf:
+        percpu = elf.section_by_name('.data..percpu')
+        return Counter((s.name, s.value - percpu.addr) for s in elf.symbols()
+                       if s.shndx == percpu.index and s.type == STT_OBJECT and s.size)
+
+
+def test_every_percpu_variable_at_its_symbol(linked, pahole_vmlinux_btf, encoded_kernel):
+    ours = parse_btf(linked[0].read_bytes())
+    [percpu] = [t for _, t in ours.own() if t.kind is Kind.DATASEC]
+    assert percpu.name == '.data..percpu'
+    placed = Counter((ours[v.type].name, v.offset) for v in percpu.items)
+    assert placed == percpu_symbols(encoded_kernel / TMP_VMLINUX)
+    theirs = parse_btf(pahole_vmlinux_btf)
+    pahole_vars = {t.name for _, t in theirs.own() if t.kind is Kind.VAR}
+    assert pahole_vars <= {name for name, _ in placed}
+    assert len(placed) >= 201
+    offsets = [v.offset for v in percpu.items]
+    assert offsets == sorted(offsets)
+
+
+def test_final_btf_is_valid_three_ways(linked, kernel_loader):
+    raw = linked[0].read_bytes()
+    assert objbtf('check', linked[0]).returncode == 0
+    dump = run(need('bpftool'), 'btf', 'dump', 'file', linked[0]).stdout
+    assert dump.count('\n') > 40000
+    verdict = kernel_loader(raw)
+    assert verdict.ok, verdict.log[-2000:]
+
+
+def test_link_writes_an_object_the_kernel_can_link_in(encoded_kernel, linked, tmp_path):
+    out = tmp_path / '.btf.vmlinux.bin.o'
+    objbtf('link', '--output', out, encoded_kernel / TMP_VMLINUX)
+    with ElfFile.open(str(out)) as elf:
+        sec = elf.section_by_name('.BTF')
+        assert sec.flags & 2 and elf.e_type == 1
+        assert elf.section_data(sec) == linked[0].read_bytes()
+    run(need('ld'), '-r', '-o', tmp_path / 'x.o', out)
+
+
+def test_link_in_place(encoded_kernel, linked, tmp_path):
+    copy = tmp_path / 'vmlinux'
+    shutil.copyfile(encoded_kernel / TMP_VMLINUX, copy)
+    objbtf('link', copy)
+    with ElfFile.open(str(copy)) as elf:
+        assert elf.section_data(elf.section_by_name('.BTF')) == linked[0].read_bytes()
+
+
+def test_link_is_reproducible_whatever_the_object_order(encoded_kernel, linked, tmp_path):
+    """Objects linked in reverse order: the same types, byte for byte; only
+    the percpu offsets differ, as the layout itself does."""
+    members = run('ar', 't', encoded_kernel / 'vmlinux.a').stdout.split()
+    members.reverse()
+    run('ar', 'rcST', tmp_path / 'reversed.a', *[encoded_kernel / m for m in members])
+    from kernel_tree import link_vmlinux
+    other = link_vmlinux(encoded_kernel, str(tmp_path / 'reversed'), str(tmp_path / 'reversed.a'))
+    out = tmp_path / 'again.btf'
+    objbtf('link', '--output', out, other)
+    first, again = parse_btf(linked[0].read_bytes()), parse_btf(out.read_bytes())
+    assert [t.key() for _, t in first.own() if t.kind is not Kind.DATASEC] == \
+        [t.key() for _, t in again.own() if t.kind is not Kind.DATASEC]
+    [percpu] = [t for _, t in again.own() if t.kind is Kind.DATASEC]
+    placed = Counter((again[v.type].name, v.offset) for v in percpu.items)
+    assert placed == percpu_symbols(other)
+    assert out.read_bytes() != linked[0].read_bytes()    # the layout did change
+    objbtf('link', '--output', tmp_path / 'twice.btf', other)
+    assert (tmp_path / 'twice.btf').read_bytes() == out.read_bytes()
+
+
+def test_modules_get_split_btf(encoded_kernel, linked, tmp_path):
+    base = linked[0]
+    kos = sorted(encoded_kernel.rglob('*.ko'))
+    assert len(kos) == 3
+    for ko in kos:
+        objbtf('link', '--base', base, ko)
+        assert objbtf('check', '--base', base, ko).returncode == 0
+        dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', ko).stdout
+        assert "STRUCT '" in dump
+        with ElfFile.open(str(ko)) as elf:
+            btf = parse_btf(elf.section_data(elf.section_by_name('.BTF')), parse_btf(base.read_bytes()))
+        assert 0 < len(btf) < 2000
