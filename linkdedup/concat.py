@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import Kind, extra_len
-from objbtf.btf.reader import blob_size, parse_btf
+from objbtf.btf.reader import blob_size
 from objbtf.btf.types import Btf, BtfType
 
 
 class Blob:
     """One object's BTF inside the concatenation."""
-    __slots__ = ('index', 'offset', 'data', 'first_id', 'count')
+    __slots__ = ('index', 'offset', 'data', 'order', 'count')
 
     def __init__(self, index: int, offset: int, data: bytes):
         self.index = index
         self.offset = offset      # where the blob starts in the section
         self.data = data
-        self.first_id = 0         # its first type's id in the concatenated table
+        self.order = index        # its place in the order the link merges blobs in
         self.count = 0
 
 
@@ -53,32 +53,16 @@ def canonical_order(blobs: list[Blob]) -> list[Blob]:
     return sorted(blobs, key=lambda b: b.data)
 
 
-def concatenate(blobs: list[Blob], base: Btf | None = None, byteorder: str = 'little') -> Btf:
-    """One type table holding every blob's types, in the given order, ids
-    shifted to fit (after ``base``'s, for a module's split BTF)."""
-    out = Btf(base=base, byteorder=byteorder)
-    for blob in blobs:
-        blob.first_id = out.next_id
-        try:
-            part = parse_btf(blob.data, shift=blob.first_id - 1)
-        except BtfError as err:
-            raise BtfError(f'BTF blob {blob.index + 1} at offset {blob.offset}: {err}') from None
-        own = part.types[1:]
-        blob.count = len(own)
-        out.types.extend(own)
-    return out
-
-
 def secinfo_offsets(blob: Blob) -> dict[tuple[int, int], int]:
     """Byte offset, within the blob, of each DATASEC entry's ``offset`` field,
-    keyed by (type id in the concatenation, entry index)."""
+    keyed by (the DATASEC's id in the blob, entry index)."""
     from objbtf.btf.reader import read_header
     _, hdr_len, type_off, type_len, _, _ = read_header(blob.data)
     order = 'little' if blob.data[:2] == b'\x9f\xeb' else 'big'
     out = {}
     pos = hdr_len + type_off
     end = pos + type_len
-    type_id = blob.first_id
+    type_id = 1
     while pos < end:
         info = int.from_bytes(blob.data[pos + 4:pos + 8], order)
         kind, vlen = (info >> 24) & 0x1f, info & 0xffff

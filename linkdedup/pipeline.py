@@ -6,12 +6,14 @@ import time
 
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
+from objbtf.btf.sidecar import SECTION as SIDECAR, Sidecar, split_sidecars
 from objbtf.btf.types import Btf
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features
 
-from .concat import canonical_order, concatenate, split_blobs
+from .concat import canonical_order, split_blobs
+from .merge import merge_blobs
 from .datasec import rebuild_datasecs
 from .emit import emit
 from .functions import FunctionReport, check_functions
@@ -27,6 +29,7 @@ class Summary:
     def __init__(self):
         self.objects = 0
         self.types_in = 0
+        self.merged = 0
         self.types_out = 0
         self.variables = 0
         self.functions: FunctionReport | None = None
@@ -36,7 +39,8 @@ class Summary:
     def lines(self) -> list[str]:
         f = self.functions
         out = [f'objbtf link: {self.objects} objects, {self.types_in} types in, '
-               f'{self.types_out} types out, {self.variables} variables, '
+               f'{self.merged} after merging by hash, {self.types_out} types out, '
+               f'{self.variables} variables, '
                f'{self.seconds:.1f} s -> {self.written}']
         if f is not None and f.dropped:
             out.append(f'  functions dropped: {len(f.inconsistent)} with prototypes that '
@@ -75,12 +79,15 @@ def link(path: str, *, features: Features, base_path: str | None = None,
             raise LinkError(f'{path}: no {section} section: were the objects encoded '
                             '(objbtf encode) and linked with their .BTF?')
         progress.step('concatenate')
-        blobs = canonical_order(split_blobs(elf.section_data(sec)))
-        btf = concatenate(blobs, base, elf.byteorder)
+        blobs = split_blobs(elf.section_data(sec))
+        sidecars = _sidecars(elf, path, blobs)
+        table = merge_blobs(canonical_order(blobs), sidecars, base, elf.byteorder)
+        btf = table.btf
         summary.objects = len(blobs)
-        summary.types_in = len(btf)
+        summary.types_in = table.types_in
+        summary.merged = len(btf)
         progress.step('relocate')
-        placed = place_variables(elf, btf, blobs, sec)
+        placed = place_variables(elf, btf, blobs, sec, table.locate)
         graves = Tombstones(btf)
         progress.step('datasec')
         summary.variables = rebuild_datasecs(btf, placed, graves)
@@ -95,6 +102,23 @@ def link(path: str, *, features: Features, base_path: str | None = None,
     progress.done()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:
+    """The objects' .BTF.objbtf chunks, checked against their blobs; None (and
+    a slower link) when the file has none."""
+    sec = elf.section_by_name(SIDECAR)
+    if sec is None:
+        print(f'objbtf link: {path}: no {SIDECAR} section, merging without hashes (slow)',
+              file=sys.stderr)
+        return None
+    sidecars = split_sidecars(elf.section_data(sec), elf.byteorder)
+    if len(sidecars) != len(blobs) or any(s.btf_size != len(b.data)
+                                          for s, b in zip(sidecars, blobs)):
+        raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs '
+                        f'({len(sidecars)} chunks for {len(blobs)} blobs): were some objects '
+                        'encoded by another tool or version?')
+    return sidecars
 
 
 def _load_base(path: str) -> Btf:

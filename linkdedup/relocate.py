@@ -9,6 +9,7 @@ there, and are applied here against the symbols' section offsets.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.types import Btf
@@ -22,9 +23,11 @@ from .concat import Blob, datasecs, secinfo_offsets
 Placements = dict[tuple[int, int], tuple[Section, int]]
 
 
-def place_variables(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Section) -> Placements:
+def place_variables(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Section,
+                    locate: Callable[[int, int], int]) -> Placements:
+    """``locate(blob order, id in the blob)`` gives a type's id in ``btf``."""
     if elf.e_type == ET_REL:
-        return _from_relocations(elf, btf, blobs, btf_section)
+        return _from_relocations(elf, btf, blobs, btf_section, locate)
     return _from_addresses(elf, btf)
 
 
@@ -48,7 +51,8 @@ def _from_addresses(elf: ElfFile, btf: Btf) -> Placements:
     return out
 
 
-def _from_relocations(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Section) -> Placements:
+def _from_relocations(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Section,
+                      locate: Callable[[int, int], int]) -> Placements:
     rsec = elf.reloc_section_for(btf_section.index)
     symbols = elf.symbols()
     by_field: dict[int, tuple[int, int]] = {}
@@ -57,8 +61,9 @@ def _from_relocations(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Se
             by_field[off] = (sym, addend)
     out: Placements = {}
     for blob in blobs:
-        for (ds_id, j), field in secinfo_offsets(blob).items():
+        for (local, j), field in secinfo_offsets(blob).items():
             hit = by_field.get(blob.offset + field)
+            ds_id = locate(blob.order, local)
             ds = btf[ds_id]
             if hit is None:
                 raise BtfError(f"DATASEC '{ds.name}' entry {j} of BTF blob {blob.index + 1} "

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 from .btf.dedup import dedup
+from .btf.hashing import type_hashes
+from .btf.sidecar import SECTION as SIDECAR, encode_sidecar
 from .btf.kinds import Kind
 from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf, type_offsets
@@ -37,7 +39,7 @@ class VarPlacement(namedtuple('VarPlacement', 'section offset symbol addend size
     __slots__ = ()
 
 
-class Encoded(namedtuple('Encoded', 'btf raw relocs functions variables')):
+class Encoded(namedtuple('Encoded', 'btf raw sidecar relocs functions variables')):
     """The result of encoding one object."""
     __slots__ = ()
 
@@ -71,7 +73,9 @@ def encode_elf(elf: ElfFile, features: Features) -> Encoded:
     placements = _add_datasecs(btf, elf, entries)
     out = dedup(btf)
     raw = encode_btf(out)
-    return Encoded(out, raw, _datasec_relocs(out, placements, elf), n_funcs, n_vars)
+    hashes, flags = type_hashes(out)
+    sidecar = encode_sidecar(hashes, type_offsets(out), flags, len(raw), elf.byteorder)
+    return Encoded(out, raw, sidecar, _datasec_relocs(out, placements, elf), n_funcs, n_vars)
 
 
 def _debug_sections(elf: ElfFile) -> DebugSections:
@@ -259,6 +263,8 @@ def _uleb(data: bytes, pos: int) -> int:
 
 
 def write_sections(path: str, elf: ElfFile, enc: Encoded) -> None:
-    """Put .BTF and its relocations into the object at ``path``, atomically."""
-    rewrite_object(path, elf, [NewSection(BTF_SECTION, enc.raw, addralign=4)],
+    """Put .BTF, its relocations and .BTF.objbtf into the object at ``path``,
+    atomically."""
+    rewrite_object(path, elf, [NewSection(BTF_SECTION, enc.raw, addralign=4),
+                               NewSection(SIDECAR, enc.sidecar, addralign=8)],
                    {BTF_SECTION: enc.relocs})

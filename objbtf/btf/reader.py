@@ -70,53 +70,68 @@ def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0) -> Btf:
     return btf
 
 
-def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader, shift: int) -> None:
-    head = struct.Struct(e + 'III')
-    u32 = struct.Struct(e + 'I')
-    i32 = struct.Struct(e + 'i')
-    triple = struct.Struct(e + 'III')
-    pair = struct.Struct(e + 'II')
-    pos = 0
-    n = len(tdata)
-    add = btf.types.append
-    while pos < n:
+class TypeParser:
+    """Decodes single types of one blob's type section.
+
+    ``shift`` is added to every non-void type id a type refers to.
+    """
+
+    def __init__(self, tdata: bytes, e: str, name: StringReader, shift: int = 0):
+        self.tdata = tdata
+        self.name = name
+        self.shift = shift
+        self.head = struct.Struct(e + 'III')
+        self.u32 = struct.Struct(e + 'I')
+        self.i32 = struct.Struct(e + 'i')
+        self.triple = struct.Struct(e + 'III')
+        self.pair = struct.Struct(e + 'II')
+
+    def parse(self, pos: int, type_id: int) -> tuple[BtfType, int]:
+        """The type at byte ``pos`` (its id is for messages), and where the next starts."""
+        tdata, name, shift = self.tdata, self.name, self.shift
+        n = len(tdata)
         if pos + 12 > n:
-            raise BtfError(f'type {btf.next_id} truncated at byte {pos}')
-        name_off, info, st = head.unpack_from(tdata, pos)
+            raise BtfError(f'type {type_id} truncated at byte {pos}')
+        name_off, info, st = self.head.unpack_from(tdata, pos)
         pos += 12
         kind_no = (info >> 24) & 0x1f
         vlen = info & 0xffff
         kflag = info >> 31
-        try:
-            kind = Kind(kind_no)
-        except ValueError:
-            raise BtfError(f'type {btf.next_id} has unknown kind {kind_no}') from None
+        kind = _KINDS[kind_no]
+        if kind is None:
+            raise BtfError(f'type {type_id} has unknown kind {kind_no}')
         try:
             t = BtfType(kind, name(name_off), kflag=kflag)
         except ValueError as err:
-            raise BtfError(f'type {btf.next_id}: {err}') from None
+            raise BtfError(f'type {type_id}: {err}') from None
         need = extra_len(kind, vlen)
         if pos + need > n:
-            raise BtfError(f'type {btf.next_id} ({kind.name}) truncated')
-        if kind in (Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC,
-                    Kind.FLOAT, Kind.ENUM64):
+            raise BtfError(f'type {type_id} ({kind.name}) truncated')
+        if vlen and kind not in _VLEN_KINDS:
+            raise BtfError(f'type {type_id} ({kind.name}): vlen {vlen} must be 0')
+        if kind in _SIZED:
             t.size = st
         else:
             t.type = st + shift if st else 0
-        if vlen and kind not in _VLEN_KINDS:
-            raise BtfError(f'type {btf.next_id} ({kind.name}): vlen {vlen} must be 0')
+        if need:
+            self._extra(t, kind, vlen, kflag, pos, type_id)
+        elif kind is Kind.FUNC:
+            t.linkage = vlen
+        return t, pos + need
+
+    def _extra(self, t: BtfType, kind: Kind, vlen: int, kflag: int, pos: int, type_id: int) -> None:
+        tdata, name, shift, triple, pair = self.tdata, self.name, self.shift, self.triple, self.pair
         if kind is Kind.INT:
-            (v,) = u32.unpack_from(tdata, pos)
+            (v,) = self.u32.unpack_from(tdata, pos)
             if v & 0xf000ff00:
-                raise BtfError(f'type {btf.next_id} (INT): reserved bits set in 0x{v:08x}')
+                raise BtfError(f'type {type_id} (INT): reserved bits set in 0x{v:08x}')
             t.encoding, t.bit_offset, t.bits = (v >> 24) & 0x0f, (v >> 16) & 0xff, v & 0xff
         elif kind is Kind.ARRAY:
             at, ai, t.nelems = triple.unpack_from(tdata, pos)
             t.type, t.index_type = at + shift if at else 0, ai + shift if ai else 0
-        elif kind in (Kind.STRUCT, Kind.UNION):
+        elif kind is Kind.STRUCT or kind is Kind.UNION:
             ms = []
-            for j in range(vlen):
-                mn, mt, mo = triple.unpack_from(tdata, pos + 12 * j)
+            for mn, mt, mo in triple.iter_unpack(tdata[pos:pos + 12 * vlen]):
                 mt = mt + shift if mt else 0
                 if kflag:
                     ms.append(Member(name(mn), mt, mo & 0xffffff, mo >> 24))
@@ -125,35 +140,46 @@ def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader, shift: int)
             t.items = tuple(ms)
         elif kind is Kind.ENUM:
             vals = []
-            for j in range(vlen):
-                en, ev = pair.unpack_from(tdata, pos + 8 * j)
+            for en, ev in pair.iter_unpack(tdata[pos:pos + 8 * vlen]):
                 if kflag and ev >= 1 << 31:
                     ev -= 1 << 32
                 vals.append(Enumerator(name(en), ev))
             t.items = tuple(vals)
         elif kind is Kind.ENUM64:
             vals = []
-            for j in range(vlen):
-                en, lo, hi = triple.unpack_from(tdata, pos + 12 * j)
+            for en, lo, hi in triple.iter_unpack(tdata[pos:pos + 12 * vlen]):
                 ev = hi << 32 | lo
                 if kflag and ev >= 1 << 63:
                     ev -= 1 << 64
                 vals.append(Enumerator(name(en), ev))
             t.items = tuple(vals)
         elif kind is Kind.FUNC_PROTO:
-            t.items = tuple(Param(name(pn), pt + shift if pt else 0) for pn, pt in
-                            (pair.unpack_from(tdata, pos + 8 * j) for j in range(vlen)))
-        elif kind is Kind.FUNC:
-            t.linkage = vlen
+            t.items = tuple(Param(name(pn), pt + shift if pt else 0)
+                            for pn, pt in pair.iter_unpack(tdata[pos:pos + 8 * vlen]))
         elif kind is Kind.VAR:
-            (t.linkage,) = u32.unpack_from(tdata, pos)
+            (t.linkage,) = self.u32.unpack_from(tdata, pos)
         elif kind is Kind.DATASEC:
             t.items = tuple(VarSecinfo(vt + shift if vt else 0, vo, vs) for vt, vo, vs in
-                            (triple.unpack_from(tdata, pos + 12 * j) for j in range(vlen)))
+                            triple.iter_unpack(tdata[pos:pos + 12 * vlen]))
         elif kind is Kind.DECL_TAG:
-            (t.component_idx,) = i32.unpack_from(tdata, pos)
-        pos += need
+            (t.component_idx,) = self.i32.unpack_from(tdata, pos)
+
+
+def _parse_types(btf: Btf, tdata: bytes, e: str, name: StringReader, shift: int) -> None:
+    parser = TypeParser(tdata, e, name, shift)
+    add = btf.types.append
+    pos = 0
+    type_id = btf.next_id
+    n = len(tdata)
+    while pos < n:
+        t, pos = parser.parse(pos, type_id)
         add(t)
+        type_id += 1
+
+
+_KINDS = [Kind(i) if i in Kind._value2member_map_ else None for i in range(32)]
+_SIZED = frozenset({Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC,
+                    Kind.FLOAT, Kind.ENUM64})
 
 
 _VLEN_KINDS = frozenset({Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.ENUM64,

@@ -1,0 +1,118 @@
+"""Structural hashes of types, computed per object so the link only merges.
+
+A type's hash covers everything that makes it what it is, including the
+types it refers to, except that a reference to a named struct or union
+(definition or FWD alike) stands for its name only: binutils' CTF linker
+cuts the type graph the same way.  So does a reference to a named enum,
+since libbpf matches an enum forward (vlen 0) with an enum of that name.  That makes the hash a function of the
+type alone (C cycles always pass through a named struct or union) and lets
+a FWD and a definition hash alike where they are referred to.
+
+Two types with equal hashes are identical up to which definition each
+named reference resolves to.  For a name with a single definition in the
+whole link that is no difference at all, and the link merges them before
+dedup; for names whose definitions differ, the link keeps every occurrence
+and leaves them to the full dedup.
+
+Types that must never merge (VAR, DATASEC, and what refers to them, or a
+cycle without a named aggregate, which C cannot produce) are flagged
+UNMERGEABLE.
+"""
+from __future__ import annotations
+
+from hashlib import blake2b
+
+from .kinds import Kind
+from .types import Btf, BtfType
+
+UNMERGEABLE = 1
+_AGGREGATES = (Kind.STRUCT, Kind.UNION)
+_ENUMS = (Kind.ENUM, Kind.ENUM64)
+_IN_PROGRESS = -1
+
+
+def named_aggregate(t: BtfType) -> str | None:
+    """'struct NAME', 'union NAME' or 'enum NAME' for a type that dedup
+    matches by name (a named struct, union, enum, or a FWD), else None."""
+    if not t.name:
+        return None
+    if t.kind in _AGGREGATES:
+        return ('union ' if t.kind is Kind.UNION else 'struct ') + t.name
+    if t.kind is Kind.FWD:
+        return ('union ' if t.kflag else 'struct ') + t.name
+    if t.kind in _ENUMS:
+        return 'enum ' + t.name
+    return None
+
+
+def is_definition(t: BtfType) -> bool:
+    """A named struct, union or enum with its body (not a forward)."""
+    return bool(t.name) and (t.kind in _AGGREGATES or (t.kind in _ENUMS and bool(t.items)))
+
+
+def _scalars(t: BtfType) -> tuple:
+    """A type's own fields, without the ids it refers to."""
+    k = t.kind
+    if k in _AGGREGATES:
+        items = tuple((m.name, m.bit_offset, m.bitfield_size) for m in t.items)
+    elif k is Kind.FUNC_PROTO:
+        items = tuple(p.name for p in t.items)
+    elif k is Kind.DATASEC:
+        items = tuple((v.offset, v.size) for v in t.items)
+    else:
+        items = t.items
+    return (int(k), t.name, t.size, t.kflag, t.encoding, t.bit_offset, t.bits, t.nelems,
+            t.linkage, t.component_idx, items)
+
+
+class Hasher:
+    """Hashes every own type of one BTF table (ids local to it)."""
+
+    def __init__(self, btf: Btf):
+        self.btf = btf
+        n = btf.next_id
+        self.hashes = [0] * n
+        self.flags = bytearray(n)
+        self._state = [0] * n          # 0 new, -1 in progress, 1 done
+
+    def run(self) -> tuple[list[int], bytearray]:
+        for type_id, _ in self.btf.own():
+            self._hash(type_id)
+        return self.hashes, self.flags
+
+    def _ref(self, type_id: int) -> bytes:
+        """What a reference contributes: a named aggregate by name only."""
+        if type_id == 0:
+            return b'void'
+        name = named_aggregate(self.btf[type_id])
+        if name is not None:
+            return name.encode()
+        h = self._hash(type_id)
+        return h.to_bytes(8, 'little')
+
+    def _hash(self, type_id: int) -> int:
+        state = self._state[type_id]
+        if state == 1:
+            return self.hashes[type_id]
+        if state == _IN_PROGRESS:            # a cycle without a named aggregate
+            self.flags[type_id] |= UNMERGEABLE
+            return type_id
+        self._state[type_id] = _IN_PROGRESS
+        t = self.btf[type_id]
+        h = blake2b(repr(_scalars(t)).encode(), digest_size=8)
+        flag = UNMERGEABLE if t.kind in (Kind.VAR, Kind.DATASEC) else 0
+        for ref in t.refs():
+            h.update(b'|')
+            h.update(self._ref(ref))
+            if ref and not named_aggregate(self.btf[ref]):
+                flag |= self.flags[ref]
+        if flag:
+            self.flags[type_id] |= flag
+        self.hashes[type_id] = int.from_bytes(h.digest(), 'little')
+        self._state[type_id] = 1
+        return self.hashes[type_id]
+
+
+def type_hashes(btf: Btf) -> tuple[list[int], bytearray]:
+    """(hash, flags) per type id of ``btf`` (index 0, void, is unused)."""
+    return Hasher(btf).run()
