@@ -65,7 +65,12 @@ class FunctionReport:
 
 
 def check_functions(btf: Btf, symbols, graves: Tombstones, consistent: bool) -> FunctionReport:
-    """Drop the FUNCs pahole would not emit; say which and why."""
+    """Drop the FUNCs pahole would not emit; say which and why.
+
+    ``symbols``: the output's function symbols.  FUNCs that differ in
+    nothing were merged by hash already, so a name with one FUNC left needs
+    no prototype comparison.
+    """
     by_name: dict[str, list[int]] = defaultdict(list)
     for type_id, t in btf.own():
         if t.kind is Kind.FUNC:
@@ -80,7 +85,7 @@ def check_functions(btf: Btf, symbols, graves: Tombstones, consistent: bool) -> 
         ids = by_name[name]
         if len(addresses.get(name, ())) > 1:
             report.ambiguous.append(name)
-        elif consistent and len({prototype(btf, i) for i in ids}) > 1:
+        elif consistent and len(ids) > 1 and len({prototype(btf, i) for i in ids}) > 1:
             report.inconsistent.append(name)
         else:
             continue

@@ -142,66 +142,63 @@ def _parse_positions(parts: list[_Part], positions) -> dict[int, BtfType]:
 
 def _unsafe_hashes(parts: list[_Part], first: dict[int, int],
                    parsed: dict[int, BtfType]) -> set[int]:
-    """Hashes that involve a name whose definitions differ."""
-    names = _Boundaries(parts, first, parsed)
+    """Hashes that involve a name whose definitions differ.
+
+    Starts from the names with several definitions and walks back to what
+    refers to them: through unnamed types, and through definitions, whose
+    own name then becomes ambiguous in turn.
+    """
     definitions: dict[str, set[int]] = {}
+    named: dict[int, str] = {}
     for h, pos in first.items():
         t = parsed[pos]
-        if is_definition(t):
-            definitions.setdefault(named_aggregate(t), set()).add(h)
-    ambiguous = {n for n, hs in definitions.items() if len(hs) > 1}
-    changed = bool(ambiguous)
-    while changed:
-        changed = False
-        for n, hs in definitions.items():
-            if n not in ambiguous and any(names.of(h) & ambiguous for h in hs):
-                ambiguous.add(n)
-                changed = True
+        name = named_aggregate(t)
+        if name is not None:
+            named[h] = name
+            if is_definition(t):
+                definitions.setdefault(name, set()).add(h)
+    ambiguous = [n for n, hs in definitions.items() if len(hs) > 1]
     if not ambiguous:
         return set()
-    unsafe = set()
-    for h, pos in first.items():
-        t = parsed[pos]
-        own = named_aggregate(t) if is_definition(t) else None
-        if own in ambiguous or names.of(h) & ambiguous:
+    name_users, hash_users = _users(parts, first, parsed, named)
+    unsafe: set[int] = set()
+    seen = set(ambiguous)
+    queue = list(ambiguous)
+    while queue:
+        name = queue.pop()
+        todo = list(definitions.get(name, ())) + name_users.get(name, [])
+        while todo:
+            h = todo.pop()
+            if h in unsafe:
+                continue
             unsafe.add(h)
+            todo.extend(hash_users.get(h, ()))
+            own = named.get(h)
+            if own is not None and own not in seen and h in definitions.get(own, ()):
+                seen.add(own)
+                queue.append(own)
     return unsafe
 
 
-class _Boundaries:
-    """The struct, union and enum names a hash stands for without their
-    definitions: those its type refers to, directly or through unnamed types."""
-
-    def __init__(self, parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType]):
-        self.parts = parts
-        self.first = first
-        self.parsed = parsed
-        self.memo: dict[int, frozenset[str]] = {}
-
-    def of(self, h: int) -> frozenset[str]:
-        got = self.memo.get(h)
-        if got is not None:
-            return got
-        self.memo[h] = frozenset()            # a cycle adds nothing new
-        pos = self.first[h]
-        part = self.parts[pos >> _LOCAL_BITS]
-        names: set[str] = set()
-        for ref in self.parsed[pos].refs():
+def _users(parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType],
+           named: dict[int, str]) -> tuple[dict[str, list[int]], dict[int, list[int]]]:
+    """Who refers to what, among the first occurrences: by name (a named
+    struct, union or enum) or by hash (anything else)."""
+    name_users: dict[str, list[int]] = {}
+    hash_users: dict[int, list[int]] = {}
+    for h, pos in first.items():
+        part = parts[pos >> _LOCAL_BITS]
+        hashes = part.sidecar.hashes
+        for ref in parsed[pos].refs():
             if ref == 0:
                 continue
-            rh = part.sidecar.hashes[ref - 1]
-            rpos = self.first.get(rh)
-            if rpos is None:                 # an unmergeable type: taken as it is
-                continue
-            target = self.parsed[rpos]
-            name = named_aggregate(target)
+            rh = hashes[ref - 1]
+            name = named.get(rh)
             if name is not None:
-                names.add(name)
+                name_users.setdefault(name, []).append(h)
             else:
-                names |= self.of(rh)
-        result = frozenset(names)
-        self.memo[h] = result
-        return result
+                hash_users.setdefault(rh, []).append(h)
+    return name_users, hash_users
 
 
 def _own_positions(parts: list[_Part], unsafe: set[int]) -> set[int]:

@@ -16,7 +16,7 @@ from .concat import canonical_order, split_blobs
 from .merge import merge_blobs
 from .datasec import rebuild_datasecs
 from .emit import emit
-from .functions import FunctionReport, check_functions
+from .functions import STT_FUNC, FunctionReport, check_functions
 from .relocate import place_variables
 from .tombstone import Tombstones
 
@@ -92,7 +92,8 @@ def link(path: str, *, features: Features, base_path: str | None = None,
         progress.step('datasec')
         summary.variables = rebuild_datasecs(btf, placed, graves)
         progress.step('functions')
-        summary.functions = check_functions(btf, elf.symbols(), graves, features.consistent_func)
+        summary.functions = check_functions(btf, elf.typed_symbols(STT_FUNC), graves,
+                                            features.consistent_func)
         progress.step(f'dedup {len(btf)} types')
         final = dedup(btf)
         summary.types_out = len(final)

@@ -272,6 +272,29 @@ class ElfFile:
             self._symbols = [] if symtab is None else self._read_symbols(symtab)
         return self._symbols
 
+    def typed_symbols(self, stt: int) -> list[Symbol]:
+        """The symbols of one type (STT_FUNC, ...), without building the
+        others: a vmlinux has a hundred thousand."""
+        if self._symbols is not None:
+            return [s for s in self._symbols if s.type == stt]
+        symtab = self.symtab()
+        if symtab is None:
+            return []
+        strs = self.section_data(self._linked(symtab, 'string table'))
+        rows = self.layout.sym.iter_unpack(self._raw(symtab.offset, symtab.size))
+        if self.elf_class == 64:
+            rows = ((n, v, sz, info, shndx) for n, info, _, shndx, v, sz in rows)
+        else:
+            rows = ((n, v, sz, info, shndx) for n, v, sz, info, _, shndx in rows)
+        out = [Symbol(i, _cstr(strs, n, 'symbol') if n else '', v, sz, info & 0xf,
+                      info >> 4, shndx)
+               for i, (n, v, sz, info, shndx) in enumerate(rows) if info & 0xf == stt]
+        if any(s.shndx == SHN_XINDEX for s in out):
+            xindex = self._extended_indices(symtab, self._symbol_count(symtab))
+            out = [s if s.shndx != SHN_XINDEX else s._replace(shndx=xindex[s.index])
+                   for s in out]
+        return out
+
     def _read_symbols(self, symtab: Section) -> list[Symbol]:
         count = self._symbol_count(symtab)
         strs = self.section_data(self._linked(symtab, 'string table'))
