@@ -6,6 +6,8 @@ in between.
 """
 from __future__ import annotations
 
+from hashlib import blake2b
+
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import Kind, extra_len
 from objbtf.btf.reader import blob_size
@@ -16,7 +18,7 @@ class Blob:
     """One object's BTF inside the concatenation."""
     __slots__ = ('index', 'offset', 'data', 'order', 'count')
 
-    def __init__(self, index: int, offset: int, data: bytes):
+    def __init__(self, index: int, offset: int, data: memoryview):
         self.index = index
         self.offset = offset      # where the blob starts in the section
         self.data = data
@@ -25,7 +27,9 @@ class Blob:
 
 
 def split_blobs(section: bytes) -> list[Blob]:
-    """The blobs of a concatenated .BTF section, in link order."""
+    """The blobs of a concatenated .BTF section, in link order (views into
+    ``section``, not copies: a vmlinux has tens of megabytes of them)."""
+    view = memoryview(section)
     blobs: list[Blob] = []
     pos = 0
     end = len(section)
@@ -37,20 +41,20 @@ def split_blobs(section: bytes) -> list[Blob]:
             size = blob_size(section, pos)
         except BtfError as err:
             raise BtfError(f'BTF blob {len(blobs) + 1} at offset {pos}: {err}') from None
-        blobs.append(Blob(len(blobs), pos, section[pos:pos + size]))
+        blobs.append(Blob(len(blobs), pos, view[pos:pos + size]))
         pos += size
         pos += -pos % 4
     return blobs
 
 
 def canonical_order(blobs: list[Blob]) -> list[Blob]:
-    """The blobs sorted by their bytes, so that the final BTF does not depend
-    on the order the objects were linked in.
+    """The blobs sorted by a digest of their bytes, so that the final BTF
+    does not depend on the order the objects were linked in.
 
-    Only the DATASEC offsets in a blob depend on the layout, and they sit at
-    its end: two blobs rarely differ only there.
+    Only the DATASEC offsets in a blob depend on the layout: two blobs
+    rarely differ only there.
     """
-    return sorted(blobs, key=lambda b: b.data)
+    return sorted(blobs, key=lambda b: (blake2b(b.data, digest_size=16).digest(), b.index))
 
 
 def secinfo_offsets(blob: Blob) -> dict[tuple[int, int], int]:

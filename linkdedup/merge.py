@@ -46,7 +46,7 @@ class _Part:
         self.blob = blob
         order_str, hdr_len, type_off, type_len, str_off, str_len = read_header(blob.data)
         e = '<' if order_str == 'little' else '>'
-        strings = StringReader(blob.data[hdr_len + str_off:hdr_len + str_off + str_len])
+        strings = StringReader(bytes(blob.data[hdr_len + str_off:hdr_len + str_off + str_len]))
         self.parser = TypeParser(blob.data[hdr_len + type_off:hdr_len + type_off + type_len],
                                  e, strings)
         self.sidecar = sidecar
