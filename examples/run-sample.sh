@@ -32,6 +32,10 @@ step "link: ld concatenates .BTF and resolves every DATASEC offset to its symbol
 ld -o linked -e net_rx net.o disk.o
 nm linked | grep -E ' (counter|net_stats|disk_hot)$' | sort
 readelf -SW linked | grep -E ' \.BTF '
+
+step "objbtf link: merge, relocate, rebuild DATASEC, check functions, dedup"
+objbtf link --output final.btf linked
+objbtf dump final.btf
+if [ "$(id -u)" = 0 ]; then objbtf check --kernel final.btf; else objbtf check final.btf; fi
 echo
-echo "The vmlinux step (objbtf link) and the Kbuild hook are described in README.md."
-echo "Files are in $out"
+echo "For a kernel build, see 'Kernel builds' in README.md. Files are in $out"

@@ -74,35 +74,45 @@ def link(path: str, *, features: Features, base_path: str | None = None,
     started = time.monotonic()
     base = _load_base(base_path) if base_path else None
     with ElfFile.open(path) as elf:
-        sec = elf.section_by_name(section)
-        if sec is None or sec.size == 0:
-            raise LinkError(f'{path}: no {section} section: were the objects encoded '
-                            '(objbtf encode) and linked with their .BTF?')
-        progress.step('concatenate')
-        blobs = split_blobs(elf.section_data(sec))
-        sidecars = _sidecars(elf, path, blobs)
-        table = merge_blobs(canonical_order(blobs), sidecars, base, elf.byteorder)
-        btf = table.btf
-        summary.objects = len(blobs)
-        summary.types_in = table.types_in
-        summary.merged = len(btf)
-        progress.step('relocate')
-        placed = place_variables(elf, btf, blobs, sec, table.locate)
-        graves = Tombstones(btf)
-        progress.step('datasec')
-        summary.variables = rebuild_datasecs(btf, placed, graves)
-        progress.step('functions')
-        summary.functions = check_functions(btf, elf.typed_symbols(STT_FUNC), graves,
-                                            features.consistent_func)
+        btf = prepare(elf, path, section, base, features, progress, summary)
         progress.step(f'dedup {len(btf)} types')
         final = dedup(btf)
         summary.types_out = len(final)
         progress.step('emit')
-        raw = encode_btf(final)
-        summary.written = emit(raw, elf, path, section, output)
+        summary.written = emit(encode_btf(final), elf, path, section, output)
     progress.done()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def prepare(elf: ElfFile, path: str, section: str, base: Btf | None, features: Features,
+            progress: Progress, summary: Summary, use_hashes: bool = True) -> Btf:
+    """The passes before dedup: the table dedup turns into the final BTF.
+
+    ``use_hashes=False`` concatenates every type as it is, without merging
+    by hash: what libbpf's dedup would be given (the tests compare the two).
+    """
+    sec = elf.section_by_name(section)
+    if sec is None or sec.size == 0:
+        raise LinkError(f'{path}: no {section} section: were the objects encoded '
+                        '(objbtf encode) and linked with their .BTF?')
+    progress.step('concatenate')
+    blobs = split_blobs(elf.section_data(sec))
+    sidecars = _sidecars(elf, path, blobs) if use_hashes else None
+    table = merge_blobs(canonical_order(blobs), sidecars, base, elf.byteorder)
+    btf = table.btf
+    summary.objects = len(blobs)
+    summary.types_in = table.types_in
+    summary.merged = len(btf)
+    progress.step('relocate')
+    placed = place_variables(elf, btf, blobs, sec, table.locate)
+    graves = Tombstones(btf)
+    progress.step('datasec')
+    summary.variables = rebuild_datasecs(btf, placed, graves)
+    progress.step('functions')
+    summary.functions = check_functions(btf, elf.typed_symbols(STT_FUNC), graves,
+                                        features.consistent_func)
+    return btf
 
 
 def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:

@@ -139,3 +139,21 @@ def test_modules_get_split_btf(encoded_kernel, linked, tmp_path):
         with ElfFile.open(str(ko)) as elf:
             btf = parse_btf(elf.section_data(elf.section_by_name('.BTF')), parse_btf(base.read_bytes()))
         assert 0 < len(btf) < 2000
+
+
+def test_dedup_matches_libbpf_on_the_full_concatenation(encoded_kernel, linked):
+    """The fast path (merge by hash, then dedup) against libbpf's btf__dedup
+    on the plain concatenation of every object's types."""
+    from libbpf_oracle import isomorphism_problem, libbpf_dedup
+    from linkdedup.pipeline import Progress, Summary, prepare
+    from objbtf.btf.writer import encode_btf
+    from objbtf.features import Features
+    path = str(encoded_kernel / TMP_VMLINUX)
+    with ElfFile.open(path) as elf:
+        full = prepare(elf, path, '.BTF', None, Features(), Progress(False), Summary(),
+                       use_hashes=False)
+    assert len(full) > 1_000_000
+    theirs = parse_btf(libbpf_dedup(encode_btf(full)))
+    ours = parse_btf(linked[0].read_bytes())
+    assert kinds(ours) == kinds(theirs)
+    assert isomorphism_problem(ours, theirs) is None
