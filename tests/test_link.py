@@ -1,0 +1,126 @@
+"""objbtf link on small inputs built to stress it: FWD resolution, a struct
+name with two definitions, cycles, enums; against libbpf's btf__dedup."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, need, objbtf, run
+from libbpf_oracle import isomorphism_problem, libbpf_dedup
+from linkdedup.pipeline import Progress, Summary, prepare
+from objbtf.btf import Kind, parse_btf
+from objbtf.btf.writer import encode_btf
+from objbtf.elf.reader import ElfFile
+from objbtf.features import Features
+
+UNITS = FIXTURES / 'dedup'
+
+
+@pytest.fixture
+def units(tmp_path) -> list[Path]:
+    objs = []
+    for name, cc in (('unit_a', 'gcc'), ('unit_b', 'gcc'), ('unit_c', 'gcc'),
+                     ('unit_d', 'gcc'), ('unit_e', 'clang')):
+        need(cc)
+        obj = tmp_path / f'{name}.o'
+        r = objbtf('cc', '--', cc, '-g', '-O2', '-c', '-o', obj, UNITS / f'{name}.c')
+        assert r.returncode == 0, r.stderr
+        objs.append(obj)
+    return objs
+
+
+def link_relocatable(tmp_path: Path, objs: list[Path], name: str) -> Path:
+    out = tmp_path / name
+    run(need('ld'), '-r', '-o', out, *objs)
+    return out
+
+
+def libbpf_reference(path: Path):
+    """libbpf's dedup of the plain concatenation, after the same passes."""
+    with ElfFile.open(str(path)) as elf:
+        full = prepare(elf, str(path), '.BTF', None, Features(), Progress(False), Summary(),
+                       use_hashes=False)
+    return parse_btf(libbpf_dedup(encode_btf(full)))
+
+
+def kinds(btf) -> Counter:
+    return Counter(t.kind.name for _, t in btf.own())
+
+
+def test_link_matches_libbpf(units, tmp_path):
+    linked = link_relocatable(tmp_path, units, 'all.o')
+    out = tmp_path / 'out.btf'
+    r = objbtf('link', '--output', out, linked)
+    assert 'objects' in r.stderr
+    ours = parse_btf(out.read_bytes())
+    theirs = libbpf_reference(linked)
+    assert kinds(ours) == kinds(theirs)
+    assert isomorphism_problem(ours, theirs) is None
+    assert objbtf('check', out).returncode == 0
+    # Two definitions of struct device stay two; the FWD-only one stays FWD.
+    names = Counter((t.kind.name, t.name) for _, t in ours.own())
+    assert names['STRUCT', 'device'] == 2 and names['FWD', 'opaque'] == 1
+
+
+def test_link_places_each_variable(units, tmp_path):
+    linked = link_relocatable(tmp_path, units, 'all.o')
+    out = tmp_path / 'out.btf'
+    objbtf('link', '--output', out, linked)
+    btf = parse_btf(out.read_bytes())
+    with ElfFile.open(str(linked)) as elf:
+        sec = {s.name: s for s in elf.sections}['.data..percpu']
+        symbols = {s.name: s.value for s in elf.symbols() if s.shndx == sec.index and s.type == 1}
+    [percpu] = [t for _, t in btf.own() if t.kind is Kind.DATASEC and t.name == '.data..percpu']
+    assert percpu.size == sec.size
+    assert {btf[v.type].name: v.offset for v in percpu.items} == symbols
+
+
+def test_link_does_not_depend_on_object_order(units, tmp_path):
+    forward = link_relocatable(tmp_path, units, 'fwd.o')
+    backward = link_relocatable(tmp_path, list(reversed(units)), 'bwd.o')
+    a, b = tmp_path / 'a.btf', tmp_path / 'b.btf'
+    objbtf('link', '--output', a, forward)
+    objbtf('link', '--output', b, backward)
+    ta, tb = parse_btf(a.read_bytes()), parse_btf(b.read_bytes())
+    assert [t.key() for _, t in ta.own() if t.kind is not Kind.DATASEC] == \
+        [t.key() for _, t in tb.own() if t.kind is not Kind.DATASEC]
+
+
+def test_link_without_hashes_gives_the_same_types(units, tmp_path):
+    linked = link_relocatable(tmp_path, units, 'all.o')
+    bare = tmp_path / 'bare.o'
+    run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
+    a, b = tmp_path / 'a.btf', tmp_path / 'b.btf'
+    objbtf('link', '--output', a, linked)
+    r = objbtf('link', '--output', b, bare)
+    assert 'no .BTF.objbtf' in r.stderr
+    assert isomorphism_problem(parse_btf(a.read_bytes()), parse_btf(b.read_bytes())) is None
+
+
+def test_link_module_in_place_is_split_on_base(units, tmp_path):
+    base_linked = link_relocatable(tmp_path, units[1:3], 'base.o')
+    base = tmp_path / 'base.btf'
+    objbtf('link', '--output', base, base_linked)
+    module = link_relocatable(tmp_path, [units[0], units[3]], 'mod.ko')   # unit_a has percpu
+    with ElfFile.open(str(module)) as elf:
+        assert elf.section_by_name('.rela.BTF').size > 0
+    objbtf('link', '--base', base, module)
+    assert objbtf('check', '--base', base, module).returncode == 0
+    with ElfFile.open(str(module)) as elf:
+        assert elf.section_by_name('.rela.BTF').size == 0
+        split = parse_btf(elf.section_data(elf.section_by_name('.BTF')), parse_btf(base.read_bytes()))
+    assert split.start_id == len(parse_btf(base.read_bytes())) + 1
+    dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', module).stdout
+    assert "FUNC 'd_find'" in dump
+
+
+def test_link_errors_name_the_file(tmp_path, units):
+    r = objbtf('link', units[0].with_suffix('.c'), check=False)
+    assert r.returncode == 2
+    plain = tmp_path / 'plain.o'
+    run('gcc', '-c', '-o', plain, UNITS / 'unit_a.c')
+    r = objbtf('link', plain, check=False)
+    assert r.returncode == 1 and str(plain) in r.stderr and 'no .BTF' in r.stderr
+    assert r.stderr.count('\n') == 1
