@@ -15,7 +15,7 @@ from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf, type_offsets
 from .dwarf import constants as C
 from .dwarf.loader import CuLoader, LoadError
-from .dwarf.reader import DebugSections, Die, DwarfError, Expr, read_units
+from .dwarf.reader import DebugSections, Die, Expr, read_uleb, read_units
 from .elf.consts import SHN_LORESERVE, SHT_REL
 from .elf.errors import ElfError
 from .elf.reader import ElfFile, Symbol
@@ -153,7 +153,7 @@ class _Placer:
         if expr[0] == C.OP_addr and len(expr) == 1 + cu.address_size:
             hit = self._reloc_map('.debug_info').get(location.pos + 1)
         elif expr[0] in (C.OP_addrx, C.OP_GNU_addr_index):
-            index = _uleb(expr, 1)
+            index = read_uleb(expr, 1)[0]
             hit = self._reloc_map('.debug_addr').get(cu.addr_base + index * cu.address_size)
         else:
             return None
@@ -250,16 +250,6 @@ def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], elf: ElfFile
         for j, p in enumerate(rows):
             relocs.append(Reloc(base + 12 * j + 4, p.symbol, arch.abs32, p.addend))
     return relocs
-
-
-def _uleb(data: bytes, pos: int) -> int:
-    result = shift = 0
-    for b in data[pos:]:
-        result |= (b & 0x7f) << shift
-        shift += 7
-        if b < 0x80:
-            break
-    return result
 
 
 def write_sections(path: str, elf: ElfFile, enc: Encoded) -> None:

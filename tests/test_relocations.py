@@ -7,7 +7,8 @@ from pathlib import Path
 
 from conftest import C_FIXTURES, compile_c, need, objbtf, run
 from objbtf.btf import Kind, parse_btf
-from objbtf.btf.reader import blob_size
+from objbtf.btf.kinds import extra_len
+from linkdedup.concat import split_blobs
 from objbtf.elf.reader import ElfFile
 
 
@@ -35,7 +36,6 @@ def datasec_fields(btf_raw: bytes) -> list[tuple[int, str, str]]:
     rows = []
     pos = 24
     for _, t in btf.own():
-        from objbtf.btf.kinds import extra_len
         if t.kind is Kind.DATASEC:
             for j, v in enumerate(t.items):
                 rows.append((pos + 12 + 12 * j + 4, t.name, btf[v.type].name))
@@ -43,12 +43,18 @@ def datasec_fields(btf_raw: bytes) -> list[tuple[int, str, str]]:
     return rows
 
 
-def test_each_variable_relocated_against_its_own_symbol(tmp_path):
+def encoded_counters(tmp_path: Path) -> list[Path]:
+    """counter_a.o and counter_b.o, compiled and encoded."""
     objs = []
     for name in ('counter_a', 'counter_b'):
         obj = compile_c('gcc', C_FIXTURES / f'{name}.c', tmp_path / f'{name}.o')
         objbtf('encode', obj)
         objs.append(obj)
+    return objs
+
+
+def test_each_variable_relocated_against_its_own_symbol(tmp_path):
+    objs = encoded_counters(tmp_path)
     for obj in objs:
         with ElfFile.open(str(obj)) as elf:
             raw = elf.section_data(elf.section_by_name('.BTF'))
@@ -69,31 +75,13 @@ def _btf(obj: Path) -> bytes:
         return elf.section_data(elf.section_by_name('.BTF'))
 
 
-def split_blobs(data: bytes) -> list[bytes]:
-    """The per-object BTF blobs that the linker concatenated (4-aligned)."""
-    blobs, pos = [], 0
-    while pos < len(data):
-        if data[pos:pos + 4] == b'\0\0\0\0':
-            pos += 4 - pos % 4 if pos % 4 else 4
-            continue
-        size = blob_size(data, pos)
-        blobs.append(data[pos:pos + size])
-        pos += size
-        pos += -pos % 4
-    return blobs
-
-
 def test_linker_resolves_same_name_statics_and_subsections(tmp_path):
     """After a real link, every DATASEC entry holds its own variable's address."""
-    objs = []
-    for name in ('counter_a', 'counter_b'):
-        obj = compile_c('gcc', C_FIXTURES / f'{name}.c', tmp_path / f'{name}.o')
-        objbtf('encode', obj)
-        objs.append(obj)
+    objs = encoded_counters(tmp_path)
     linked = tmp_path / 'linked'
     run(need('ld'), '-o', linked, '-e', 'bump_a', *objs)
     with ElfFile.open(str(linked)) as elf:
-        blobs = split_blobs(elf.section_data(elf.section_by_name('.BTF')))
+        blobs = [bytes(b.data) for b in split_blobs(elf.section_data(elf.section_by_name('.BTF')))]
         symbols = elf.symbols()
     assert len(blobs) == 2
     # Local symbols of each object appear after its FILE symbol, in link order.

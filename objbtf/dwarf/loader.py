@@ -13,7 +13,7 @@ from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, 
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param
 from ..features import Features
 from . import constants as C
-from .reader import CompileUnit, Die, Expr
+from .reader import CompileUnit, Die, Expr, read_uleb
 
 FAKE_INT = '__SANITIZED_FAKE_INT__'
 
@@ -286,12 +286,15 @@ class CuLoader:
         return func_id
 
     def function_decl_tags(self, die: Die) -> list[Annotation]:
+        return self._tags_with_components(die, C.TAG_formal_parameter)
+
+    def _tags_with_components(self, die: Die, component_tag: int) -> list[Annotation]:
+        """The decl tags of ``die`` (-1) and of its members or parameters
+        (their index among the children of ``component_tag``)."""
         tags = self.decl_tags_of(die, -1)
-        idx = 0
-        for c in die.children:
-            if c.tag == C.TAG_formal_parameter:
-                tags += self.decl_tags_of(c, idx)
-                idx += 1
+        components = (c for c in die.children if c.tag == component_tag)
+        for idx, c in enumerate(components):
+            tags += self.decl_tags_of(c, idx)
         return tags
 
     def decl_tags_of(self, die: Die, component_idx: int) -> list[Annotation]:
@@ -305,12 +308,7 @@ class CuLoader:
         for die in self.cu.dies:
             if die.tag not in (C.TAG_structure_type, C.TAG_union_type, C.TAG_typedef):
                 continue
-            tags = self.decl_tags_of(die, -1)
-            idx = 0
-            for m in die.children:
-                if m.tag == C.TAG_member:
-                    tags += self.decl_tags_of(m, idx)
-                    idx += 1
+            tags = self._tags_with_components(die, C.TAG_member)
             self._add_decl_tags(self.ids[die.offset], tags)
 
     def _add_decl_tags(self, target: int, tags: list[Annotation]) -> None:
@@ -341,13 +339,7 @@ def _plus_uconst(expr: bytes) -> int:
     """The offset of a DWARF 2 style member location ``DW_OP_plus_uconst N``."""
     if not expr or expr[0] != C.OP_plus_uconst:
         raise LoadError('member location is not a constant offset')
-    result = shift = 0
-    for b in expr[1:]:
-        result |= (b & 0x7f) << shift
-        shift += 7
-        if b < 0x80:
-            break
-    return result
+    return read_uleb(expr, 1)[0]
 
 
 def _text(v) -> str:

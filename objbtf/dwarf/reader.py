@@ -116,7 +116,8 @@ class DebugSections:
         self.byteorder = byteorder
 
 
-def _uleb(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uleb(buf: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the ULEB128 at ``pos``."""
     result = shift = 0
     while True:
         b = buf[pos]
@@ -234,16 +235,16 @@ def parse_abbrevs(data: bytes, offset: int, e: str, addr_size: int, off_size: in
     n = len(data)
     try:
         while pos < n:
-            code, pos = _uleb(data, pos)
+            code, pos = read_uleb(data, pos)
             if code == 0:
                 break
-            tag, pos = _uleb(data, pos)
+            tag, pos = read_uleb(data, pos)
             has_children = data[pos] != 0
             pos += 1
             specs = []
             while True:
-                attr, pos = _uleb(data, pos)
-                form, pos = _uleb(data, pos)
+                attr, pos = read_uleb(data, pos)
+                form, pos = read_uleb(data, pos)
                 if attr == 0 and form == 0:
                     break
                 implicit = None
@@ -289,12 +290,12 @@ class _UnitDecoder:
                     vals.append(b)
                     pos += 1
                 else:
-                    v, pos = _uleb(buf, pos)
+                    v, pos = read_uleb(buf, pos)
                     vals.append(v)
             elif kind == _CONST:
                 vals.append(step[1])
             elif kind == _BLK_ULEB:
-                ln, pos = _uleb(buf, pos)
+                ln, pos = read_uleb(buf, pos)
                 vals.append(Expr((pos, buf[pos:pos + ln])))
                 pos += ln
             elif kind == _SLEB:
@@ -451,7 +452,7 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
             code = b
             pos += 1
         else:
-            code, pos = _uleb(info, pos)
+            code, pos = read_uleb(info, pos)
         if code == 0:
             if stack:
                 stack.pop()

@@ -278,25 +278,10 @@ class ElfFile:
         if self._symbols is not None:
             return [s for s in self._symbols if s.type == stt]
         symtab = self.symtab()
-        if symtab is None:
-            return []
-        strs = self.section_data(self._linked(symtab, 'string table'))
-        rows = self.layout.sym.iter_unpack(self._raw(symtab.offset, symtab.size))
-        if self.elf_class == 64:
-            rows = ((n, v, sz, info, shndx) for n, info, _, shndx, v, sz in rows)
-        else:
-            rows = ((n, v, sz, info, shndx) for n, v, sz, info, _, shndx in rows)
-        out = [Symbol(i, _cstr(strs, n, 'symbol') if n else '', v, sz, info & 0xf,
-                      info >> 4, shndx)
-               for i, (n, v, sz, info, shndx) in enumerate(rows) if info & 0xf == stt]
-        if any(s.shndx == SHN_XINDEX for s in out):
-            xindex = self._extended_indices(symtab, self._symbol_count(symtab))
-            out = [s if s.shndx != SHN_XINDEX else s._replace(shndx=xindex[s.index])
-                   for s in out]
-        return out
+        return [] if symtab is None else self._read_symbols(symtab, stt)
 
-    def _read_symbols(self, symtab: Section) -> list[Symbol]:
-        count = self._symbol_count(symtab)
+    def _read_symbols(self, symtab: Section, stt: int | None = None) -> list[Symbol]:
+        """The entries of ``symtab``; with ``stt``, only those of that type."""
         strs = self.section_data(self._linked(symtab, 'string table'))
         rows = self.layout.sym.iter_unpack(self._raw(symtab.offset, symtab.size))
         if self.elf_class == 64:
@@ -305,9 +290,10 @@ class ElfFile:
             rows = ((n, v, sz, info, shndx) for n, v, sz, info, _, shndx in rows)
         syms = [Symbol(i, _cstr(strs, n, 'symbol') if n else '', v, sz, info & 0xf,
                        info >> 4, shndx)
-                for i, (n, v, sz, info, shndx) in enumerate(rows)]
+                for i, (n, v, sz, info, shndx) in enumerate(rows)
+                if stt is None or info & 0xf == stt]
         if any(s.shndx == SHN_XINDEX for s in syms):
-            xindex = self._extended_indices(symtab, count)
+            xindex = self._extended_indices(symtab, self._symbol_count(symtab))
             syms = [s if s.shndx != SHN_XINDEX else s._replace(shndx=xindex[s.index])
                     for s in syms]
         return syms
