@@ -50,19 +50,22 @@ def is_definition(t: BtfType) -> bool:
     return bool(t.name) and (t.kind in _AGGREGATES or (t.kind in _ENUMS and bool(t.items)))
 
 
-def _scalars(t: BtfType) -> tuple:
-    """A type's own fields, without the ids it refers to."""
+def _scalars(t: BtfType) -> str:
+    """A type's own fields, without the ids it refers to, as one string."""
     k = t.kind
     if k in _AGGREGATES:
-        items = tuple((m.name, m.bit_offset, m.bitfield_size) for m in t.items)
+        items = '\x1e'.join(f'{m.name}\x1f{m.bit_offset}\x1f{m.bitfield_size}' for m in t.items)
     elif k is Kind.FUNC_PROTO:
-        items = tuple(p.name for p in t.items)
+        items = '\x1e'.join(p.name for p in t.items)
     elif k is Kind.DATASEC:
-        items = tuple((v.offset, v.size) for v in t.items)
+        items = '\x1e'.join(f'{v.offset}\x1f{v.size}' for v in t.items)
+    elif t.items:
+        items = '\x1e'.join(f'{v.name}\x1f{v.value}' for v in t.items)
     else:
-        items = t.items
-    return (int(k), t.name, t.size, t.kflag, t.encoding, t.bit_offset, t.bits, t.nelems,
-            t.linkage, t.component_idx, items)
+        items = ''
+    return (f'{int(k)}\x1f{t.name}\x1f{t.size}\x1f{t.kflag}\x1f{t.encoding}\x1f'
+            f'{t.bit_offset}\x1f{t.bits}\x1f{t.nelems}\x1f{t.linkage}\x1f{t.component_idx}'
+            f'\x1d{items}')
 
 
 class Hasher:
@@ -83,12 +86,11 @@ class Hasher:
     def _ref(self, type_id: int) -> bytes:
         """What a reference contributes: a named aggregate by name only."""
         if type_id == 0:
-            return b'void'
+            return b'V'
         name = named_aggregate(self.btf[type_id])
         if name is not None:
-            return name.encode()
-        h = self._hash(type_id)
-        return h.to_bytes(8, 'little')
+            return b'N' + name.encode()
+        return b'H' + self._hash(type_id).to_bytes(8, 'little')
 
     def _hash(self, type_id: int) -> int:
         state = self._state[type_id]
@@ -99,13 +101,13 @@ class Hasher:
             return type_id
         self._state[type_id] = _IN_PROGRESS
         t = self.btf[type_id]
-        h = blake2b(repr(_scalars(t)).encode(), digest_size=8)
+        parts = [_scalars(t).encode()]
         flag = UNMERGEABLE if t.kind in (Kind.VAR, Kind.DATASEC) else 0
         for ref in t.refs():
-            h.update(b'|')
-            h.update(self._ref(ref))
+            parts.append(self._ref(ref))
             if ref and not named_aggregate(self.btf[ref]):
                 flag |= self.flags[ref]
+        h = blake2b(b'\x1c'.join(parts), digest_size=8)
         if flag:
             self.flags[type_id] |= flag
         self.hashes[type_id] = int.from_bytes(h.digest(), 'little')
