@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Per-object encode cost on the reference kernel, against its peers, in one run.
 
-For every object of the kernel (or every Nth with --every), on copies so the
-build tree stays pristine, this measures the CPU time of:
+For every kernel object (host programs under scripts/ and tools/ left out;
+or every Nth with --every), on copies so the build tree stays pristine, this
+measures the CPU time of:
   - the compiler, re-running the object's own saved Kbuild command (gcc only,
     objtool excluded) with its output sent to a temporary file;
   - ``objbtf encode`` as Kbuild would run it: one process per object;
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / 'tests'))
+from kernel_tree import objects  # noqa: E402
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 
 
@@ -85,7 +88,7 @@ def main() -> int:
     env = dict(os.environ)
     env.pop('PYTHONDONTWRITEBYTECODE', None)      # an installed tool keeps its .pyc
     subprocess.run([objbtf, '--help'], env=env, stdout=subprocess.DEVNULL, check=True)
-    objs = sorted(p for p in build.rglob('*.o') if p.name != 'vmlinux.o')[::args.every]
+    objs = objects(build)[::args.every]
     totals = {'compile': 0.0, 'objbtf': 0.0, 'pahole': 0.0}
     measured = skipped = 0
     start = time.time()

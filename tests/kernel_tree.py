@@ -32,9 +32,16 @@ def _encode(path: str) -> str | None:
     return None
 
 
+#: Host programs built along the kernel, never linked into it.
+HOST_DIRS = ('scripts', 'tools')
+
+
 def objects(tree: Path) -> list[Path]:
+    """The kernel's objects: what vmlinux and the modules are linked from,
+    without vmlinux.o (all of them in one) and the host programs."""
     return sorted(p for p in tree.rglob('*.o')
-                  if p.name not in ('vmlinux.o', '.btf.vmlinux.bin.o'))
+                  if p.name not in ('vmlinux.o', '.btf.vmlinux.bin.o')
+                  and p.relative_to(tree).parts[0] not in HOST_DIRS)
 
 
 def encoded_tree(build: Path, dest: Path) -> Path:

@@ -13,14 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import need
+from kernel_tree import objects
 from pahole_compare import extra_percpu_vars, pahole_btf
 
 pytestmark = pytest.mark.kernel
-
-
-def kernel_objects(build: Path) -> list[Path]:
-    """The objects of the tree, without vmlinux.o (the whole kernel in one)."""
-    return sorted(p for p in build.rglob('*.o') if p.name != 'vmlinux.o')
 
 
 def _check_one(obj: str) -> tuple[str, list[str], int, bytes | None]:
@@ -44,7 +40,7 @@ def _check_one(obj: str) -> tuple[str, list[str], int, bytes | None]:
 @pytest.fixture(scope='module')
 def encoded_kernel(kernel_build):
     need('pahole')
-    objs = [str(p) for p in kernel_objects(kernel_build)]
+    objs = [str(p) for p in objects(kernel_build)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return list(pool.map(_check_one, objs, chunksize=8))
 
