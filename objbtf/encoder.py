@@ -12,7 +12,7 @@ from .btf.hashing import type_hashes
 from .btf.sidecar import SECTION as SIDECAR, encode_sidecar
 from .btf.kinds import Kind
 from .btf.types import Btf, BtfType, VarSecinfo
-from .btf.writer import encode_btf, type_offsets
+from .btf.writer import encode_btf
 from .dwarf import constants as C
 from .dwarf.loader import CuLoader, LoadError
 from .dwarf.reader import DebugSections, Die, Expr, read_uleb, read_units
@@ -72,10 +72,12 @@ def encode_elf(elf: ElfFile, features: Features) -> Encoded:
             n_vars += _add_variables(loader, cu, places, features, entries)
     placements = _add_datasecs(btf, elf, entries)
     out = dedup(btf)
-    raw = encode_btf(out)
+    offsets: list[int] = []
+    raw = encode_btf(out, offsets)
     hashes, flags = type_hashes(out)
-    sidecar = encode_sidecar(hashes, type_offsets(out), flags, len(raw), elf.byteorder)
-    return Encoded(out, raw, sidecar, _datasec_relocs(out, placements, elf), n_funcs, n_vars)
+    sidecar = encode_sidecar(hashes, offsets, flags, len(raw), elf.byteorder)
+    return Encoded(out, raw, sidecar, _datasec_relocs(out, placements, offsets, elf),
+                   n_funcs, n_vars)
 
 
 def _debug_sections(elf: ElfFile) -> DebugSections:
@@ -235,14 +237,14 @@ def _add_datasecs(btf: Btf, elf: ElfFile,
     return placements
 
 
-def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], elf: ElfFile) -> list[Reloc]:
+def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], offsets: list[int],
+                    elf: ElfFile) -> list[Reloc]:
     """A relocation on the offset field of every DATASEC entry.
 
     Dedup keeps DATASECs and their entries in order, so the n-th DATASEC of
     the output is the n-th one added.
     """
     arch = arch_for(elf)
-    offsets = type_offsets(btf)
     relocs = []
     datasecs = [(i, t) for i, (_, t) in enumerate(btf.own()) if t.kind is Kind.DATASEC]
     for (pos, t), rows in zip(datasecs, placements, strict=True):

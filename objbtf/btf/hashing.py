@@ -74,6 +74,7 @@ class Hasher:
     def __init__(self, btf: Btf):
         self.btf = btf
         n = btf.next_id
+        self.names = [None] + [named_aggregate(t) for _, t in btf.own()]
         self.hashes = [0] * n
         self.flags = bytearray(n)
         self._state = [0] * n          # 0 new, -1 in progress, 1 done
@@ -87,7 +88,7 @@ class Hasher:
         """What a reference contributes: a named aggregate by name only."""
         if type_id == 0:
             return b'V'
-        name = named_aggregate(self.btf[type_id])
+        name = self.names[type_id]
         if name is not None:
             return b'N' + name.encode()
         return b'H' + self._hash(type_id).to_bytes(8, 'little')
@@ -105,7 +106,7 @@ class Hasher:
         flag = UNMERGEABLE if t.kind in (Kind.VAR, Kind.DATASEC) else 0
         for ref in t.refs():
             parts.append(self._ref(ref))
-            if ref and not named_aggregate(self.btf[ref]):
+            if ref and self.names[ref] is None:
                 flag |= self.flags[ref]
         h = blake2b(b'\x1c'.join(parts), digest_size=8)
         if flag:

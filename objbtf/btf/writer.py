@@ -9,11 +9,13 @@ from .strings import StringTable
 from .types import Btf, BtfType
 
 
-def encode_btf(btf: Btf) -> bytes:
+def encode_btf(btf: Btf, offsets: list[int] | None = None) -> bytes:
     """The raw BTF blob of ``btf``: header, type section, string section.
 
     Strings are laid out in order of first use, so equal tables give equal
     bytes.  Split BTF refers to its base's strings where the base has them.
+    ``offsets``, if given, receives each own type's offset in the type
+    section, in id order (the encoder places relocations with them).
     """
     e = '<' if btf.byteorder == 'little' else '>'
     if btf.base is not None:
@@ -25,6 +27,8 @@ def encode_btf(btf: Btf) -> bytes:
         strings = StringTable()
     out = bytearray()
     for type_id, t in btf.own():
+        if offsets is not None:
+            offsets.append(len(out))
         _encode_type(out, t, e, strings.add, type_id)
     sdata = strings.data()
     header = struct.pack(e + 'HBBIIIII', BTF_MAGIC, 1, 0, BTF_HEADER_LEN,

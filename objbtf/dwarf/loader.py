@@ -131,6 +131,8 @@ class CuLoader:
         raise LoadError(f'DIE at 0x{off:x} (tag 0x{die.tag:x}) is not a type BTF can hold')
 
     def _annotations(self, die: Die, kind: str) -> list[Die]:
+        if not self.cu.annotated:
+            return []
         return [c for c in die.children
                 if c.tag == C.TAG_LLVM_annotation and c.attrs.get(C.AT_name) == kind]
 
@@ -303,7 +305,7 @@ class CuLoader:
 
     def add_type_decl_tags(self) -> None:
         """DECL_TAGs of structs, unions (and their members) and typedefs."""
-        if not self.f.decl_tag:
+        if not self.f.decl_tag or not self.cu.annotated:
             return
         for die in self.cu.dies:
             if die.tag not in (C.TAG_structure_type, C.TAG_union_type, C.TAG_typedef):

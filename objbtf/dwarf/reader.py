@@ -87,11 +87,17 @@ class Die:
 
 
 class CompileUnit:
-    """One unit: its root DIE, every kept DIE in order, and a map by offset."""
-    __slots__ = ('offset', 'version', 'address_size', 'die', 'dies', 'by_offset', 'addr_base')
+    """One unit: its root DIE, every kept DIE in order, and a map by offset.
+
+    ``annotated`` says whether it has any DW_TAG_LLVM_annotation (clang's
+    btf_type_tag / btf_decl_tag): without, the loader need not look.
+    """
+    __slots__ = ('offset', 'version', 'address_size', 'die', 'dies', 'by_offset', 'addr_base',
+                 'annotated')
 
     def __init__(self, offset: int, version: int, address_size: int, die: Die,
-                 dies: list[Die], by_offset: dict[int, Die], addr_base: int = 0):
+                 dies: list[Die], by_offset: dict[int, Die], addr_base: int = 0,
+                 annotated: bool = False):
         self.offset = offset
         self.version = version
         self.address_size = address_size
@@ -99,6 +105,7 @@ class CompileUnit:
         self.dies = dies
         self.by_offset = by_offset
         self.addr_base = addr_base
+        self.annotated = annotated
 
 
 class DebugSections:
@@ -314,6 +321,29 @@ class _UnitDecoder:
                 raise DwarfError('DW_FORM_indirect is not supported')
         return vals, pos
 
+    @staticmethod
+    def skip(buf: bytes, pos: int, plan) -> int:
+        """Where the DIE whose values start at ``pos`` ends, without decoding them."""
+        for step in plan:
+            kind = step[0]
+            if kind == _FIXED:
+                pos += step[2]
+            elif kind == _ULEB or kind == _SLEB:
+                while buf[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif kind == _BLK_ULEB:
+                ln, pos = read_uleb(buf, pos)
+                pos += ln
+            elif kind == _CSTR:
+                pos = buf.index(b'\0', pos) + 1
+            elif kind == _BLK_FIXED:
+                (ln,) = step[1].unpack_from(buf, pos)
+                pos += step[1].size + ln
+            elif kind == _INDIRECT:
+                raise DwarfError('DW_FORM_indirect is not supported')
+        return pos
+
     def converters(self, ab: _Abbrev) -> tuple:
         """(attr, value index, converter or None) for the wanted attributes.
 
@@ -439,6 +469,7 @@ def read_units(secs: DebugSections) -> list[CompileUnit]:
 def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUnit:
     abbrevs = dec.abbrevs
     values = dec.values
+    skip = dec.skip
     converters: dict[int, tuple] = {}
     dies: list[Die] = []
     by_offset: dict[int, Die] = {}
@@ -470,7 +501,7 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
             if ab.fixed_size is not None:
                 pos += ab.fixed_size
             else:
-                _, pos = values(info, pos, ab.plan)
+                pos = skip(info, pos, ab.plan)
             if ab.has_children:
                 stack.append(None)
             continue
@@ -495,8 +526,9 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
         raise DwarfError(f'DIE data runs past the end of the unit at 0x{end:x}')
     if root is None:
         raise DwarfError('unit without a root DIE')
+    annotated = any(ab.tag == C.TAG_LLVM_annotation for ab in abbrevs.values())
     return CompileUnit(dec.cu_offset, dec.version, dec.addr_size, root, dies, by_offset,
-                       dec.addr_base)
+                       dec.addr_base, annotated)
 
 
 def _unit_bases(dec: _UnitDecoder, ab: _Abbrev, vals: list) -> None:
