@@ -28,7 +28,7 @@ btf_array(t1)``); here the two arrays' element types are compared.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import BtfError
 from .kinds import Kind
