@@ -14,10 +14,9 @@ from .btf.kinds import Kind
 from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf
 from .dwarf import constants as C
-from .dwarf.loader import CuLoader, LoadError
+from .dwarf.loader import CuLoader
 from .dwarf.reader import DebugSections, Die, Expr, read_uleb, read_units
 from .elf.consts import SHN_LORESERVE, SHT_REL
-from .elf.errors import ElfError
 from .elf.reader import ElfFile, Symbol
 from .elf.relocs import apply_relocations, arch_for
 from .elf.writer import NewSection, Reloc, rewrite_object

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from pathlib import Path
 
 import pytest

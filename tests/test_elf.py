@@ -685,7 +685,7 @@ def test_new_section_link_and_info(build, tmp_path):
         NewSection('.objbtf.b', b'', type=SHT_NOBITS, flags=3)])
     new = load(path)
     rows = {r[1]: r for r in readelf_sections(path)}
-    a, b = new.section_by_name('.objbtf.a'), new.section_by_name('.objbtf.b')
+    b = new.section_by_name('.objbtf.b')
     assert rows['.objbtf.a'][8:] == (new.symtab().index, b.index, 8)
     assert rows['.objbtf.a'][4] % 8 == 0
     assert rows['.objbtf.b'][2] == 'NOBITS' and rows['.objbtf.b'][7] == {'W', 'A'}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from collections import namedtuple
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL
 from .errors import ElfError
