@@ -47,14 +47,22 @@ def split_blobs(section: bytes) -> list[Blob]:
     return blobs
 
 
-def canonical_order(blobs: list[Blob]) -> list[Blob]:
-    """The blobs sorted by a digest of their bytes, so that the final BTF
-    does not depend on the order the objects were linked in.
+def canonical_order(blobs: list[Blob], sidecars: list | None) -> list[Blob]:
+    """The blobs in an order that does not depend on the order the objects
+    were linked in, so neither does the final BTF.
 
-    Only the DATASEC offsets in a blob depend on the layout: two blobs
-    rarely differ only there.
+    The key is a digest of the blob's type hashes (its ``.BTF.objbtf``
+    chunk), which describe its types without the offsets the link relocated,
+    and without reading the blob itself; failing that, of its bytes.
     """
-    return sorted(blobs, key=lambda b: (blake2b(b.data, digest_size=16).digest(), b.index))
+    def key(b: Blob) -> tuple:
+        if sidecars is not None:
+            content = sidecars[b.index].hashes.tobytes()
+        else:
+            content = b.data
+        return blake2b(content, digest_size=16).digest(), b.index
+
+    return sorted(blobs, key=key)
 
 
 def secinfo_offsets(blob: Blob) -> dict[tuple[int, int], int]:

@@ -97,9 +97,9 @@ def prepare(elf: ElfFile, path: str, section: str, base: Btf | None, features: F
         raise LinkError(f'{path}: no {section} section: were the objects encoded '
                         '(objbtf encode) and linked with their .BTF?')
     progress.step('concatenate')
-    blobs = split_blobs(elf.section_data(sec))
+    blobs = split_blobs(elf.section_view(sec))
     sidecars = _sidecars(elf, path, blobs) if use_hashes else None
-    table = merge_blobs(canonical_order(blobs), sidecars, base, elf.byteorder)
+    table = merge_blobs(canonical_order(blobs, sidecars), sidecars, base, elf.byteorder)
     btf = table.btf
     summary.objects = len(blobs)
     summary.types_in = table.types_in
@@ -123,7 +123,7 @@ def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:
         print(f'objbtf link: {path}: no {SIDECAR} section, merging without hashes (slow)',
               file=sys.stderr)
         return None
-    sidecars = split_sidecars(elf.section_data(sec), elf.byteorder)
+    sidecars = split_sidecars(elf.section_view(sec), elf.byteorder)
     if len(sidecars) != len(blobs) or any(s.btf_size != len(b.data)
                                           for s, b in zip(sidecars, blobs)):
         raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs '

@@ -124,7 +124,10 @@ class ElfFile:
 
     def close(self) -> None:
         if self._mmap is not None:
-            self._mmap.close()
+            try:
+                self._mmap.close()
+            except BufferError:       # a view is still alive (an error unwinding):
+                pass                  # the mapping goes when the last one does
             self._mmap = None
 
     def __enter__(self) -> ElfFile:
@@ -227,6 +230,15 @@ class ElfFile:
         if out is None:
             out = self._inflated[sec.index] = self._decompress(sec)
         return out
+
+    def section_view(self, sec: Section) -> bytes | memoryview:
+        """Like ``section_data``, but a view into the mapped file where the
+        section is stored as it is: no copy of a vmlinux's tens of megabytes.
+        Views must be released before the file is closed."""
+        compressed = sec.flags & SHF_COMPRESSED or sec.name.startswith('.zdebug')
+        if compressed or sec.type in (SHT_NULL, SHT_NOBITS):
+            return self.section_data(sec)
+        return memoryview(self.data)[sec.offset:sec.offset + sec.size]
 
     def _decompress(self, sec: Section) -> bytes:
         raw = self._raw(sec.offset, sec.size)
