@@ -10,6 +10,7 @@ from objbtf.btf.sidecar import SECTION as SIDECAR, Sidecar, split_sidecars
 from objbtf.btf.types import Btf
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
+from objbtf.elf.writer import write_atomically
 from objbtf.features import Features
 
 from .concat import canonical_order, split_blobs
@@ -18,6 +19,7 @@ from .datasec import rebuild_datasecs
 from .emit import emit
 from .functions import STT_FUNC, FunctionReport, check_functions
 from .relocate import place_variables
+from .split_vars import split_variables
 from .tombstone import Tombstones
 
 
@@ -35,6 +37,7 @@ class Summary:
         self.functions: FunctionReport | None = None
         self.seconds = 0.0
         self.written = ''
+        self.split = ''
 
     def lines(self) -> list[str]:
         f = self.functions
@@ -42,6 +45,8 @@ class Summary:
                f'{self.merged} after merging by hash, {self.types_out} types out, '
                f'{self.variables} variables, '
                f'{self.seconds:.1f} s -> {self.written}']
+        if self.split:
+            out.append(f'  split off: {self.split}')
         if f is not None and f.dropped:
             out.append(f'  functions dropped: {len(f.inconsistent)} with prototypes that '
                        f'differ between objects, {len(f.ambiguous)} at several addresses')
@@ -66,9 +71,10 @@ class Progress:
 
 
 def link(path: str, *, features: Features, base_path: str | None = None,
-         output: str | None = None, section: str = '.BTF',
+         output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
          progress: Progress | None = None) -> Summary:
-    """Turn the per-object BTF in ``path`` into its final BTF."""
+    """Turn the per-object BTF in ``path`` into its final BTF; with
+    ``split_vars``, the non-percpu variables go there, as split BTF."""
     progress = progress or Progress(False)
     summary = Summary()
     started = time.monotonic()
@@ -79,7 +85,17 @@ def link(path: str, *, features: Features, base_path: str | None = None,
         final = dedup(btf)
         summary.types_out = len(final)
         progress.step('emit')
-        summary.written = emit(encode_btf(final), elf, path, section, output)
+        raw = encode_btf(final)
+        if split_vars is not None:
+            if base is not None:
+                raise LinkError(f'{path}: --split-vars is for vmlinux, not for a module')
+            raw, split_raw, moved = split_variables(final)
+            if not moved:
+                raise LinkError(f'{path}: no variables outside .data..percpu to split off: '
+                                'encode the objects with --btf-features default,global_var')
+            write_atomically(split_vars, [split_raw])
+            summary.split = f'{moved} variables to {split_vars}'
+        summary.written = emit(raw, elf, path, section, output)
     progress.done()
     summary.seconds = time.monotonic() - started
     return summary

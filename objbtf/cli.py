@@ -167,9 +167,13 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
                    'any other name the raw BTF.')
 @click.option('--input-section', default='.BTF', show_default=True,
               help='The section of FILE that holds the per-object BTF.')
+@click.option('--split-vars', type=click.Path(dir_okay=False), metavar='FILE',
+              help='Write the variables outside .data..percpu (objects encoded with '
+                   'global_var) to FILE, as split BTF on top of vmlinux\'s, which keeps '
+                   'only the percpu ones.')
 @features_option
 def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         features: Features) -> None:
+         split_vars: str | None, features: Features) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
     \b
@@ -188,7 +192,8 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     from .elf.errors import ElfError
     try:
         summary = run_link(file, features=features, base_path=base_path, output=output,
-                           section=input_section, progress=Progress(sys.stderr.isatty()))
+                           section=input_section, split_vars=split_vars,
+                           progress=Progress(sys.stderr.isatty()))
     except LinkError as err:
         raise click.ClickException(str(err)) from None
     except (BtfError, ElfError) as err:

@@ -124,3 +124,37 @@ def test_link_errors_name_the_file(tmp_path, units):
     r = objbtf('link', plain, check=False)
     assert r.returncode == 1 and str(plain) in r.stderr and 'no .BTF' in r.stderr
     assert r.stderr.count('\n') == 1
+
+
+def test_non_percpu_variables_split_off(tmp_path):
+    objs = []
+    for name in ('unit_a', 'unit_b', 'unit_d'):
+        obj = tmp_path / f'{name}.o'
+        objbtf('cc', '--btf-features', 'default,global_var', '--', 'gcc', '-g', '-O2', '-c',
+               '-o', obj, UNITS / f'{name}.c')
+        objs.append(obj)
+    linked = link_relocatable(tmp_path, objs, 'all.o')
+    whole, base, split = tmp_path / 'whole.btf', tmp_path / 'base.btf', tmp_path / 'vars.btf'
+    objbtf('link', '--output', whole, linked)
+    r = objbtf('link', '--output', base, '--split-vars', split, linked)
+    assert 'split off' in r.stderr
+    full = parse_btf(whole.read_bytes())
+    b = parse_btf(base.read_bytes())
+    s = parse_btf(split.read_bytes(), b)
+    assert [t.name for _, t in b.own() if t.kind is Kind.DATASEC] == ['.data..percpu']
+    assert {t.name for _, t in s.own() if t.kind is Kind.DATASEC} == \
+        {t.name for _, t in full.own() if t.kind is Kind.DATASEC} - {'.data..percpu'}
+    assert kinds(b) + kinds(s) == kinds(full)
+    assert objbtf('check', base).returncode == 0
+    assert objbtf('check', '--base', base, split).returncode == 0
+    dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', split).stdout
+    assert "VAR 'b_devices'" in dump and "DATASEC '.bss'" in dump
+    r = objbtf('link', '--output', tmp_path / 'x.btf', '--split-vars', tmp_path / 'y.btf',
+               link_relocatable(tmp_path, units_default(tmp_path), 'dflt.o'), check=False)
+    assert r.returncode == 1 and 'global_var' in r.stderr
+
+
+def units_default(tmp_path: Path) -> list[Path]:
+    obj = tmp_path / 'dflt_a.o'
+    objbtf('cc', '--', 'gcc', '-g', '-O2', '-c', '-o', obj, UNITS / 'unit_a.c')
+    return [obj]
