@@ -135,10 +135,14 @@ def test_modules_get_split_btf(encoded_kernel, linked, tmp_path):
         objbtf('link', '--base', base, ko)
         assert objbtf('check', '--base', base, ko).returncode == 0
         dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', ko).stdout
-        assert "STRUCT '" in dump
+        first_id = len(parse_btf(base.read_bytes())) + 1
+        assert dump.startswith(f'[{first_id}] ')       # split: ids continue from vmlinux
         with ElfFile.open(str(ko)) as elf:
             btf = parse_btf(elf.section_data(elf.section_by_name('.BTF')), parse_btf(base.read_bytes()))
+            init = {s.name for s in elf.symbols() if s.type == STT_FUNC and s.shndx}
         assert 0 < len(btf) < 2000
+        funcs = {t.name for _, t in btf.own() if t.kind is Kind.FUNC}
+        assert funcs and funcs <= init
 
 
 def test_dedup_matches_libbpf_on_the_full_concatenation(encoded_kernel, linked):
