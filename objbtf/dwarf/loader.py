@@ -13,7 +13,7 @@ from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, 
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param
 from ..features import Features
 from . import constants as C
-from .reader import CompileUnit, Die, Expr, read_uleb
+from .reader import TYPE_TAGS, CompileUnit, Die, Expr, read_uleb
 
 FAKE_INT = '__SANITIZED_FAKE_INT__'
 
@@ -88,7 +88,7 @@ class CuLoader:
         ARRAY index type is the unit's ``int``, or one added after the unit's
         types when it has none, as pahole does.
         """
-        type_dies = [d for d in self.cu.dies if d.tag in _TYPE_TAGS and d.tag not in _TRANSPARENT]
+        type_dies = [d for d in self.cu.dies if d.tag in TYPE_TAGS and d.tag not in _TRANSPARENT]
         tags_of: dict[int, list[Die]] = {}
         next_id = self.btf.next_id
         has_array = False
@@ -326,15 +326,6 @@ class CuLoader:
         if self.f.decl_tag:
             self._add_decl_tags(var_id, self.decl_tags_of(die, -1))
         return var_id
-
-
-_TYPE_TAGS = frozenset({
-    C.TAG_array_type, C.TAG_enumeration_type, C.TAG_pointer_type,
-    C.TAG_structure_type, C.TAG_class_type, C.TAG_subroutine_type,
-    C.TAG_typedef, C.TAG_union_type, C.TAG_base_type, C.TAG_const_type,
-    C.TAG_volatile_type, C.TAG_restrict_type, C.TAG_unspecified_type,
-    C.TAG_atomic_type,
-})
 
 
 def _plus_uconst(expr: bytes) -> int:
