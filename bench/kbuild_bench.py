@@ -3,11 +3,11 @@
 
 One copy of the Linux 6.1 source, patched with kbuild-integration/apply, and
 two O= build directories configured as the reference kernel: one built with
-``make OBJBTF=objbtf``, one without (the stock way, with pahole; the patches
-change nothing then). For each: ``make -jN vmlinux modules`` from scratch (wall
-and CPU time), then, after touching one .c file, the rebuild (wall and CPU).
-Appends the figures to bench/RESULTS.md with the command. About 25 minutes on
-2 cores.
+``make OBJBTF=objbtf`` (objbtf installed plainly in bench/.venv, or $OBJBTF),
+one with ``OBJBTF=`` (the stock way, with pahole: the patches change nothing
+then). For each: ``make -jN vmlinux modules`` from scratch (wall and CPU
+time), then, after touching one .c file, the rebuild (wall and CPU). Appends
+the figures to bench/RESULTS.md with the command. About 35 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from encode_bench import installed_objbtf
+
 HERE = Path(__file__).resolve().parent
 INTEGRATION = HERE.parent / 'kbuild-integration'
 PRISTINE = Path(os.environ.get('OBJBTF_KERNEL_DIR', '/var/cache/objbtf/kernel-6.1')) / 'linux'
@@ -33,12 +35,21 @@ def child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed_make(src: Path, build: Path, jobs: int, *args: str) -> tuple[float, float]:
-    """(wall, CPU) seconds of one make run, which must succeed."""
-    cpu, wall = child_cpu(), time.monotonic()
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has been busy (/proc/stat)."""
+    with open('/proc/stat') as f:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf('SC_CLK_TCK')
+
+
+def timed_make(src: Path, build: Path, jobs: int, *args: str) -> tuple[float, float, float]:
+    """(wall, CPU, CPU of other processes meanwhile) seconds of one make run,
+    which must succeed."""
+    cpu, busy, wall = child_cpu(), machine_cpu(), time.monotonic()
     subprocess.run(['make', '-C', str(src), f'O={build}', f'-j{jobs}', *args, 'vmlinux', 'modules'],
                    check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - wall, child_cpu() - cpu
+    cpu = child_cpu() - cpu
+    return time.monotonic() - wall, cpu, machine_cpu() - busy - cpu
 
 
 def source_tree(dest: Path) -> Path:
@@ -52,13 +63,6 @@ def source_tree(dest: Path) -> Path:
     return dest
 
 
-def objbtf_command() -> str:
-    """$OBJBTF, else the installed objbtf called directly (no pyenv shim)."""
-    beside = Path(sys.executable).with_name('objbtf')
-    return (os.environ.get('OBJBTF') or (str(beside) if beside.exists() else shutil.which('objbtf'))
-            or sys.exit('objbtf is not installed'))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('-j', '--jobs', type=int, default=2)
@@ -67,7 +71,8 @@ def main() -> None:
     opts = ap.parse_args()
 
     work = opts.work or Path(tempfile.mkdtemp(prefix='kbuild-bench-'))
-    variants = {'objbtf': [f'OBJBTF={objbtf_command()}'], 'stock (pahole)': ['OBJBTF=']}
+    objbtf = os.environ.get('OBJBTF') or installed_objbtf()
+    variants = {'objbtf': [f'OBJBTF={objbtf}'], 'stock (pahole)': ['OBJBTF=']}
     try:
         src = source_tree(work / 'linux')
         builds = {name: work / f'build-{i}' for i, name in enumerate(variants)}
@@ -87,6 +92,9 @@ def main() -> None:
     for name in variants:
         lines.append(f'{name:16} {full[name][0]:9.0f}s {full[name][1]:9.0f}s '
                      f'{rebuild[name][0]:12.1f}s {rebuild[name][1]:11.1f}s')
+    lines.append('CPU used by other processes meanwhile: '
+                 + ', '.join(f'{name} {full[name][2]:.0f}s (full), {rebuild[name][2]:.1f}s (rebuild)'
+                             for name in variants))
     o, s = 'objbtf', 'stock (pahole)'
     lines.append(f'objbtf / stock: full wall {full[o][0] / full[s][0]:.2f}, full CPU '
                  f'{full[o][1] / full[s][1]:.2f}, rebuild wall {rebuild[o][0] / rebuild[s][0]:.2f}')
