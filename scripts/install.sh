@@ -3,7 +3,9 @@
 # then objbtf itself (editable, with its test extras). Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip)
+pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip
+      # the reference kernel and the Kbuild integration's end-to-end test
+      linux-source-6.1 patch make flex bison bc libssl-dev libelf-dev cpio xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import KERNEL_DIR, KERNEL_SCRIPT, FIXTURES, need, run
+from conftest import FIXTURES, need, run
 from libbpf_oracle import (LIBBPF, assert_same_btf, diff_btf, isomorphism_problem, kind_counts,
                            libbpf_dedup)
 from objbtf.btf import (Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinfo,
@@ -458,13 +458,6 @@ def test_compiled_units_split(tmp_path):
 
 # -- the reference kernel -------------------------------------------------------
 
-def kernel_build_dir() -> Path:
-    if not (KERNEL_DIR / 'READY').exists():
-        pytest.fail(f'the reference kernel is not built ({KERNEL_DIR}/READY is missing): '
-                    f'run {KERNEL_SCRIPT}')
-    return KERNEL_DIR / 'build'
-
-
 def has_debug_info(path: Path) -> bool:
     with open(path, 'rb') as f:
         return ELFFile(f).get_section_by_name('.debug_info') is not None
@@ -480,9 +473,9 @@ def kernel_sample(build: Path, count: int) -> list[Path]:
 
 
 @pytest.fixture(scope='module')
-def kernel_units() -> list[Btf]:
+def kernel_units(kernel_build) -> list[Btf]:
     need('pahole')
-    build = kernel_build_dir()
+    build = kernel_build
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return list(pool.map(pahole_btf, kernel_sample(build, 50)))
 
@@ -496,10 +489,10 @@ def test_kernel_objects(kernel_units):
 
 
 @pytest.mark.kernel
-def test_kernel_objects_split_on_vmlinux(kernel_units):
+def test_kernel_objects_split_on_vmlinux(kernel_units, kernel_build):
     """Ten objects' BTF as split BTF on vmlinux's: nearly all of it is
     already in the base."""
-    with open(kernel_build_dir() / 'vmlinux', 'rb') as f:
+    with open(kernel_build / 'vmlinux', 'rb') as f:
         base_raw = ELFFile(f).get_section_by_name('.BTF').data()
     base = parse_btf(base_raw)
     split = concat(kernel_units[::5], base)
