@@ -10,7 +10,7 @@ from hashlib import blake2b
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import Kind, extra_len
-from objbtf.btf.reader import blob_size
+from objbtf.btf.reader import blob_size, read_header
 from objbtf.btf.types import Btf, BtfType
 
 
@@ -68,7 +68,6 @@ def canonical_order(blobs: list[Blob], sidecars: list | None) -> list[Blob]:
 def secinfo_offsets(blob: Blob) -> dict[tuple[int, int], int]:
     """Byte offset, within the blob, of each DATASEC entry's ``offset`` field,
     keyed by (the DATASEC's id in the blob, entry index)."""
-    from objbtf.btf.reader import read_header
     _, hdr_len, type_off, type_len, _, _ = read_header(blob.data)
     order = 'little' if blob.data[:2] == b'\x9f\xeb' else 'big'
     out = {}
