@@ -9,19 +9,20 @@ from __future__ import annotations
 from hashlib import blake2b
 
 from objbtf.btf.errors import BtfError
-from objbtf.btf.kinds import Kind, extra_len
-from objbtf.btf.reader import blob_size, read_header
+from objbtf.btf.kinds import Kind
+from objbtf.btf.reader import read_header
 from objbtf.btf.types import Btf, BtfType
 
 
 class Blob:
     """One object's BTF inside the concatenation."""
-    __slots__ = ('index', 'offset', 'data', 'order', 'count')
+    __slots__ = ('count', 'data', 'header', 'index', 'offset', 'order')
 
-    def __init__(self, index: int, offset: int, data: memoryview):
+    def __init__(self, index: int, offset: int, data: memoryview, header: tuple):
         self.index = index
         self.offset = offset      # where the blob starts in the section
         self.data = data
+        self.header = header      # read_header()'s tuple
         self.order = index        # its place in the order the link merges blobs in
         self.count = 0
 
@@ -38,10 +39,12 @@ def split_blobs(section: bytes) -> list[Blob]:
             pos += 4 - pos % 4 if pos % 4 else 4
             continue
         try:
-            size = blob_size(section, pos)
+            header = read_header(view[pos:])
         except BtfError as err:
             raise BtfError(f'BTF blob {len(blobs) + 1} at offset {pos}: {err}') from None
-        blobs.append(Blob(len(blobs), pos, view[pos:pos + size]))
+        _, hdr_len, type_off, type_len, str_off, str_len = header
+        size = hdr_len + max(type_off + type_len, str_off + str_len)
+        blobs.append(Blob(len(blobs), pos, view[pos:pos + size], header))
         pos += size
         pos += -pos % 4
     return blobs
@@ -63,26 +66,6 @@ def canonical_order(blobs: list[Blob], sidecars: list | None) -> list[Blob]:
         return blake2b(content, digest_size=16).digest(), b.index
 
     return sorted(blobs, key=key)
-
-
-def secinfo_offsets(blob: Blob) -> dict[tuple[int, int], int]:
-    """Byte offset, within the blob, of each DATASEC entry's ``offset`` field,
-    keyed by (the DATASEC's id in the blob, entry index)."""
-    _, hdr_len, type_off, type_len, _, _ = read_header(blob.data)
-    order = 'little' if blob.data[:2] == b'\x9f\xeb' else 'big'
-    out = {}
-    pos = hdr_len + type_off
-    end = pos + type_len
-    type_id = 1
-    while pos < end:
-        info = int.from_bytes(blob.data[pos + 4:pos + 8], order)
-        kind, vlen = (info >> 24) & 0x1f, info & 0xffff
-        if kind == Kind.DATASEC:
-            for j in range(vlen):
-                out[type_id, j] = pos + 12 + 12 * j + 4
-        pos += 12 + extra_len(Kind(kind), vlen)
-        type_id += 1
-    return out
 
 
 def datasecs(btf: Btf) -> list[tuple[int, BtfType]]:

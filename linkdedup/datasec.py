@@ -11,25 +11,27 @@ from objbtf.btf.kinds import Kind
 from objbtf.btf.types import Btf, BtfType, VarSecinfo
 
 from .concat import datasecs
-from .relocate import Placements
+from .relocate import Field, Fields, Placements
 from .tombstone import Tombstones
 
 
-def rebuild_datasecs(btf: Btf, placed: Placements, graves: Tombstones) -> int:
+def rebuild_datasecs(btf: Btf, placed: Placements, fields: Fields,
+                     graves: Tombstones) -> list[list[Field]]:
     """Replace the per-object DATASECs by one per output section, appended
-    at the end of ``btf``; returns how many variables they hold."""
-    entries: dict[str, list[tuple[int, int, int]]] = {}
+    at the end of ``btf`` in name order; returns, for each, where its
+    entries' offsets were read (the link cache replays them)."""
+    entries: dict[str, list[tuple[int, int, int, Field]]] = {}
     sizes: dict[str, int] = {}
     for ds_id, ds in datasecs(btf):
         for j, v in enumerate(ds.items):
             sec, offset = placed[ds_id, j]
-            entries.setdefault(sec.name, []).append((offset, v.type, v.size))
+            entries.setdefault(sec.name, []).append((offset, v.type, v.size, fields[ds_id, j]))
             sizes[sec.name] = sec.size
         graves.bury(ds_id)
-    count = 0
+    layout = []
     for name in sorted(entries):
         rows = sorted(entries[name])
         btf.add(BtfType(Kind.DATASEC, name, size=sizes[name],
-                        items=tuple(VarSecinfo(t, off, size) for off, t, size in rows)))
-        count += len(rows)
-    return count
+                        items=tuple(VarSecinfo(t, off, size) for off, t, size, _ in rows)))
+        layout.append([field for *_, field in rows])
+    return layout

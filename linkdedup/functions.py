@@ -64,26 +64,34 @@ class FunctionReport:
         return len(self.inconsistent) + len(self.ambiguous)
 
 
-def check_functions(btf: Btf, symbols, graves: Tombstones, consistent: bool) -> FunctionReport:
+def ambiguous_names(symbols) -> set[str]:
+    """Names of the output's function symbols that sit at several addresses."""
+    first: dict[str, int] = {}
+    out: set[str] = set()
+    for s in symbols:
+        if s.type == STT_FUNC and first.setdefault(s.name, s.value) != s.value:
+            out.add(s.name)
+    return out
+
+
+def check_functions(btf: Btf, ambiguous: set[str], graves: Tombstones,
+                    consistent: bool) -> FunctionReport:
     """Drop the FUNCs pahole would not emit; say which and why.
 
-    ``symbols``: the output's function symbols.  FUNCs that differ in
-    nothing were merged by hash already, so a name with one FUNC left needs
-    no prototype comparison.
+    ``ambiguous``: names of function symbols at several addresses.  FUNCs
+    that differ in nothing were merged by hash already, so a name with one
+    FUNC left needs no prototype comparison.
     """
     by_name: dict[str, list[int]] = defaultdict(list)
+    func = Kind.FUNC
     for type_id, t in btf.own():
-        if t.kind is Kind.FUNC:
+        if t.kind is func:
             by_name[t.name].append(type_id)
-    addresses: dict[str, set[int]] = defaultdict(set)
-    for s in symbols:
-        if s.type == STT_FUNC and s.name in by_name:
-            addresses[s.name].add(s.value)
     report = FunctionReport()
     drop: list[int] = []
     for name in sorted(by_name):
         ids = by_name[name]
-        if len(addresses.get(name, ())) > 1:
+        if name in ambiguous:
             report.ambiguous.append(name)
         elif consistent and len(ids) > 1 and len({prototype(btf, i) for i in ids}) > 1:
             report.inconsistent.append(name)
@@ -97,19 +105,23 @@ def check_functions(btf: Btf, symbols, graves: Tombstones, consistent: bool) -> 
 def _drop(btf: Btf, funcs: set[int], graves: Tombstones) -> None:
     if not funcs:
         return
-    protos: dict[int, int] = defaultdict(int)      # references from kept types
     doomed_protos = {btf[f].type for f in funcs}
+    kept: set[int] = set()        # doomed prototypes that kept types still use
+    tag = Kind.DECL_TAG
     for type_id, t in btf.own():
         if type_id in funcs:
             continue
-        if t.kind is Kind.DECL_TAG and t.type in funcs:
+        if t.kind is tag and t.type in funcs:
             graves.bury(type_id)
             continue
-        for ref in t.refs():
-            if ref in doomed_protos:
-                protos[ref] += 1
+        if t.kind in _LEAVES:
+            continue
+        kept.update(r for r in t.refs() if r in doomed_protos)
     for f in funcs:
         graves.bury(f)
-    for p in doomed_protos:
-        if not protos[p]:
-            graves.bury(p)
+    for p in doomed_protos - kept:
+        graves.bury(p)
+
+
+#: Kinds that refer to no other type.
+_LEAVES = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})

@@ -22,13 +22,13 @@ are taken whole, type by type.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from itertools import compress
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import is_definition, named_aggregate
-from objbtf.btf.reader import TypeParser, read_header
+from objbtf.btf.reader import TypeParser
 from objbtf.btf.sidecar import Sidecar
-from objbtf.btf.strings import StringReader
 from objbtf.btf.types import Btf, BtfType
 
 from .concat import Blob
@@ -44,10 +44,11 @@ class _Part:
     def __init__(self, order: int, blob: Blob, sidecar: Sidecar | None):
         self.order = order
         self.blob = blob
-        order_str, hdr_len, type_off, type_len, str_off, str_len = read_header(blob.data)
+        order_str, hdr_len, type_off, type_len, str_off, str_len = blob.header
         e = '<' if order_str == 'little' else '>'
-        strings = StringReader(bytes(blob.data[hdr_len + str_off:hdr_len + str_off + str_len]))
-        self.parser = TypeParser(blob.data[hdr_len + type_off:hdr_len + type_off + type_len],
+        strings = _ViewStrings(blob.data[hdr_len + str_off:hdr_len + str_off + str_len])
+        self.types_start = hdr_len + type_off
+        self.parser = TypeParser(blob.data[self.types_start:self.types_start + type_len],
                                  e, strings)
         self.sidecar = sidecar
         if sidecar is None:
@@ -63,6 +64,34 @@ class _Part:
         return self.parser.parse(self.offsets[local - 1], local)[0]
 
 
+class _ViewStrings:
+    """A blob's string section, read in place: a vmlinux holds tens of
+    megabytes of them, of which the link needs the few names of the types
+    it parses."""
+    __slots__ = ('cache', 'view')
+
+    def __init__(self, view: memoryview):
+        self.view = view
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, off: int) -> str:
+        s = self.cache.get(off)
+        if s is not None:
+            return s
+        view = self.view
+        if off >= len(view):
+            raise ValueError(f'string offset {off} outside the string section')
+        chunk = bytes(view[off:off + 64])
+        end = chunk.find(0)
+        if end < 0:
+            chunk = bytes(view[off:])
+            end = chunk.find(0)
+            if end < 0:
+                raise ValueError(f'the string at offset {off} runs past the string section')
+        s = self.cache[off] = chunk[:end].decode('utf-8', 'replace')
+        return s
+
+
 def _scan_offsets(parser: TypeParser) -> list[int]:
     offsets, pos, n = [], 0, len(parser.tdata)
     while pos < n:
@@ -72,45 +101,60 @@ def _scan_offsets(parser: TypeParser) -> list[int]:
 
 
 class MergedTable:
-    """The merged table, and where each (blob order, local id) went in it."""
+    """The merged table, and where each of its types came from."""
 
-    def __init__(self, btf: Btf, locate, types_in: int):
+    def __init__(self, btf: Btf, parts: list[_Part], positions: list[int], types_in: int):
         self.btf = btf
-        self.locate = locate
         self.types_in = types_in
+        self._parts = parts
+        self._positions = positions
+
+    def origin(self, type_id: int) -> tuple[Blob, int]:
+        """The blob a type of the table was taken from, and the byte offset of
+        its record in that blob."""
+        pos = self._positions[type_id - self.btf.start_id]
+        part = self._parts[pos >> _LOCAL_BITS]
+        return part.blob, part.types_start + part.offsets[(pos & _LOCAL_MASK) - 1]
 
 
 def merge_blobs(blobs: list[Blob], sidecars: list[Sidecar] | None, base: Btf | None,
-                byteorder: str) -> MergedTable:
-    """Concatenate ``blobs`` (in this order), merging by hash where that is exact."""
-    parts = [_Part(i, b, sidecars[b.index] if sidecars else None) for i, b in enumerate(blobs)]
+                byteorder: str, release: Callable[[Blob], None] = lambda blob: None
+                ) -> MergedTable:
+    """Concatenate ``blobs`` (in this order), merging by hash where that is
+    exact; ``sidecars``, if given, are the blobs' chunks, in the same order.
+    ``release(blob)`` is called when the blob's bytes are not needed for now."""
+    parts = [_Part(i, b, sidecars[i] if sidecars else None) for i, b in enumerate(blobs)]
     first = _first_occurrences(parts)
-    parsed = _parse_positions(parts, set(first.values()))
+    parsed = _parse_positions(parts, first.values(), release)
     unsafe = _unsafe_hashes(parts, first, parsed)
     own = _own_positions(parts, unsafe)
-    for pos, t in _parse_positions(parts, own - parsed.keys()).items():
-        parsed[pos] = t
+    parsed.update(_parse_positions(parts, own - parsed.keys(), release))
     merged = {h: p for h, p in first.items() if h not in unsafe}
     order = sorted(set(merged.values()) | own)
     start = base.next_id if base is not None else 1
     ids = {pos: start + k for k, pos in enumerate(order)}
-
-    def locate(part_order: int, local: int) -> int:
-        if local == 0:
-            return 0
-        pos = part_order << _LOCAL_BITS | local
-        found = ids.get(pos)
-        if found is None:
-            found = ids[merged[parts[part_order].sidecar.hashes[local - 1]]]
-        return found
-
+    by_hash = {h: ids[p] for h, p in merged.items()}
     out = Btf(base=base, byteorder=byteorder)
+    resolvers = [_resolver(part, ids, by_hash) for part in parts]
     for pos in order:
         t = parsed[pos]
-        part = pos >> _LOCAL_BITS
-        t.remap(lambda r, part=part: locate(part, r))
+        t.remap(resolvers[pos >> _LOCAL_BITS])
         out.types.append(t)
-    return MergedTable(out, locate, sum(p.count for p in parts))
+    return MergedTable(out, parts, order, sum(p.count for p in parts))
+
+
+def _resolver(part: _Part, ids: dict[int, int], by_hash: dict[int, int]):
+    """Maps a type id local to ``part`` to its id in the merged table: its
+    own entry if it was taken as it is, else its hash's."""
+    low = part.order << _LOCAL_BITS
+    hashes = part.sidecar.hashes if part.sidecar is not None else None
+
+    def resolve(local: int) -> int:
+        if local == 0:
+            return 0
+        found = ids.get(low | local)
+        return found if found is not None else by_hash[hashes[local - 1]]
+    return resolve
 
 
 def _first_occurrences(parts: list[_Part]) -> dict[int, int]:
@@ -128,15 +172,23 @@ def _first_occurrences(parts: list[_Part]) -> dict[int, int]:
     return first
 
 
-def _parse_positions(parts: list[_Part], positions) -> dict[int, BtfType]:
-    """The types at these positions, their refs still local to their blob."""
+def _parse_positions(parts: list[_Part], positions: Iterable[int],
+                     release: Callable[[Blob], None]) -> dict[int, BtfType]:
+    """The types at these positions, their refs still local to their blob;
+    read blob by blob, each released once read."""
     out = {}
-    for pos in positions:
-        part = parts[pos >> _LOCAL_BITS]
+    part = None
+    for pos in sorted(positions):
+        if part is not parts[pos >> _LOCAL_BITS]:
+            if part is not None:
+                release(part.blob)
+            part = parts[pos >> _LOCAL_BITS]
         try:
             out[pos] = part.parse(pos & _LOCAL_MASK)
         except BtfError as err:
             raise BtfError(f'BTF blob {part.blob.index + 1}: {err}') from None
+    if part is not None:
+        release(part.blob)
     return out
 
 
@@ -211,8 +263,7 @@ def _own_positions(parts: list[_Part], unsafe: set[int]) -> set[int]:
         if sc is None:
             own.update(range(low + 1, low + 1 + part.count))
             continue
-        if sc.flags.count(0) != len(sc.flags):
-            own.update(low + 1 + i for i, f in enumerate(sc.flags) if f)
-        if unsafe:
+        own.update(compress(range(low + 1, low + 1 + part.count), sc.flags))
+        if unsafe and not unsafe.isdisjoint(sc.hashes):
             own.update(low + 1 + i for i, h in enumerate(sc.hashes) if h in unsafe)
     return own

@@ -6,19 +6,21 @@ import time
 
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
+from objbtf.btf.kinds import BTF_HEADER_LEN
 from objbtf.btf.sidecar import SECTION as SIDECAR, Sidecar, split_sidecars
 from objbtf.btf.types import Btf
 from objbtf.btf.writer import encode_btf
-from objbtf.elf.reader import ElfFile
+from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 from objbtf.features import Features
 
-from .concat import canonical_order, split_blobs
-from .merge import merge_blobs
+from . import cache as link_cache
+from .concat import Blob, canonical_order, split_blobs
 from .datasec import rebuild_datasecs
 from .emit import emit
-from .functions import STT_FUNC, FunctionReport, check_functions
-from .relocate import place_variables
+from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions
+from .merge import merge_blobs
+from .relocate import Field, entry_fields, place_variables
 from .split_vars import split_variables
 from .tombstone import Tombstones
 
@@ -38,13 +40,30 @@ class Summary:
         self.seconds = 0.0
         self.written = ''
         self.split = ''
+        self.replayed = False
+
+    def cacheable(self) -> dict:
+        """What a replay of this link reports again."""
+        f = self.functions or FunctionReport()
+        return {'objects': self.objects, 'types_in': self.types_in, 'merged': self.merged,
+                'types_out': self.types_out, 'variables': self.variables,
+                'inconsistent': f.inconsistent, 'ambiguous': f.ambiguous}
+
+    def restore(self, cached: dict) -> None:
+        for name in ('objects', 'types_in', 'merged', 'types_out', 'variables'):
+            setattr(self, name, cached[name])
+        self.functions = FunctionReport()
+        self.functions.inconsistent = cached['inconsistent']
+        self.functions.ambiguous = cached['ambiguous']
+        self.replayed = True
 
     def lines(self) -> list[str]:
         f = self.functions
+        how = ' (replayed from the cache)' if self.replayed else ''
         out = [f'objbtf link: {self.objects} objects, {self.types_in} types in, '
                f'{self.merged} after merging by hash, {self.types_out} types out, '
                f'{self.variables} variables, '
-               f'{self.seconds:.1f} s -> {self.written}']
+               f'{self.seconds:.1f} s{how} -> {self.written}']
         if self.split:
             out.append(f'  split off: {self.split}')
         if f is not None and f.dropped:
@@ -72,63 +91,131 @@ class Progress:
 
 def link(path: str, *, features: Features, base_path: str | None = None,
          output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
-         progress: Progress | None = None) -> Summary:
+         cache: str | None = None, progress: Progress | None = None) -> Summary:
     """Turn the per-object BTF in ``path`` into its final BTF; with
-    ``split_vars``, the non-percpu variables go there, as split BTF."""
+    ``split_vars``, the non-percpu variables go there, as split BTF; with
+    ``cache``, a link whose objects' types are those of the last one
+    replays it (``cache.py``)."""
     progress = progress or Progress(False)
     summary = Summary()
     started = time.monotonic()
+    if cache is not None and (base_path or split_vars):
+        raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
     base = _load_base(base_path) if base_path else None
     with ElfFile.open(path) as elf:
-        btf = prepare(elf, path, section, base, features, progress, summary)
-        progress.step(f'dedup {len(btf)} types')
-        final = dedup(btf)
-        summary.types_out = len(final)
-        progress.step('emit')
-        raw = encode_btf(final)
-        if split_vars is not None:
-            if base is not None:
-                raise LinkError(f'{path}: --split-vars is for vmlinux, not for a module')
-            raw, split_raw, moved = split_variables(final)
-            if not moved:
-                raise LinkError(f'{path}: no variables outside .data..percpu to split off: '
-                                'encode the objects with --btf-features default,global_var')
-            write_atomically(split_vars, [split_raw])
-            summary.split = f'{moved} variables to {split_vars}'
+        inputs = read_inputs(elf, path, section)
+        ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
+        key = raw = None
+        if cache is not None:
+            key = link_cache.cache_key(inputs.sidecars or [], ambiguous, features.names(), section)
+            raw = _replay(cache, key, elf, inputs, summary)
+        if raw is None:
+            raw = _full_link(elf, path, inputs, base, features, ambiguous, split_vars,
+                             progress, summary, cache and (cache, key))
         summary.written = emit(raw, elf, path, section, output)
     progress.done()
     summary.seconds = time.monotonic() - started
     return summary
 
 
-def prepare(elf: ElfFile, path: str, section: str, base: Btf | None, features: Features,
-            progress: Progress, summary: Summary, use_hashes: bool = True) -> Btf:
-    """The passes before dedup: the table dedup turns into the final BTF.
+def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, features: Features,
+               ambiguous: set[str], split_vars: str | None, progress: Progress,
+               summary: Summary, cache: tuple[str, bytes] | None) -> bytes:
+    prepared = prepare(elf, inputs, base, features, ambiguous, progress, summary)
+    progress.step(f'dedup {len(prepared.btf)} types')
+    final = dedup(prepared.btf)
+    summary.types_out = len(final)
+    progress.step('emit')
+    offsets: list[int] = []
+    raw = encode_btf(final, offsets)
+    if split_vars is not None:
+        if base is not None:
+            raise LinkError(f'{path}: --split-vars is for vmlinux, not for a module')
+        raw, split_raw, moved = split_variables(final)
+        if not moved:
+            raise LinkError(f'{path}: no variables outside .data..percpu to split off: '
+                            'encode the objects with --btf-features default,global_var')
+        write_atomically(split_vars, [split_raw])
+        summary.split = f'{moved} variables to {split_vars}'
+    if cache is not None:
+        datasecs = link_cache.describe_datasecs(final, offsets, prepared.layout, BTF_HEADER_LEN)
+        if datasecs is not None:
+            link_cache.store(cache[0], cache[1],
+                             link_cache.CachedLink(raw, datasecs, summary.cacheable()))
+    return raw
 
-    ``use_hashes=False`` concatenates every type as it is, without merging
-    by hash: what libbpf's dedup would be given (the tests compare the two).
-    """
+
+def _replay(cache: str, key: bytes, elf: ElfFile, inputs: Inputs, summary: Summary) -> bytes | None:
+    cached = link_cache.load(cache, key)
+    if cached is None:
+        return None
+    raw = link_cache.replay(cached, elf, inputs.section, inputs.blobs)
+    if raw is not None:
+        summary.restore(cached.summary)
+    return raw
+
+
+class Inputs:
+    """What ld concatenated: the input section, and its blobs and their
+    ``.BTF.objbtf`` chunks, in merge order."""
+
+    def __init__(self, section: Section, blobs: list[Blob], sidecars: list[Sidecar] | None):
+        self.section = section
+        self.blobs = canonical_order(blobs, sidecars)
+        self.sidecars = sidecars and [sidecars[b.index] for b in self.blobs]
+
+
+def read_inputs(elf: ElfFile, path: str, section: str, use_hashes: bool = True) -> Inputs:
+    """The blobs and chunks of ``section``; ``use_hashes=False`` leaves the
+    chunks out."""
     sec = elf.section_by_name(section)
     if sec is None or sec.size == 0:
         raise LinkError(f'{path}: no {section} section: were the objects encoded '
                         '(objbtf encode) and linked with their .BTF?')
-    progress.step('concatenate')
     blobs = split_blobs(elf.section_view(sec))
-    sidecars = _sidecars(elf, path, blobs) if use_hashes else None
-    table = merge_blobs(canonical_order(blobs, sidecars), sidecars, base, elf.byteorder)
+    elf.release(sec)
+    return Inputs(sec, blobs, _sidecars(elf, path, blobs) if use_hashes else None)
+
+
+class Prepared:
+    """The table dedup turns into the final BTF, and where the entries of
+    its DATASECs (the last types, one per output section) were read."""
+
+    def __init__(self, btf: Btf, layout: list[list[Field]]):
+        self.btf = btf
+        self.layout = layout
+
+
+def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
+            ambiguous: set[str], progress: Progress, summary: Summary) -> Prepared:
+    """The passes before dedup."""
+    progress.step('concatenate')
+    sec = inputs.section
+    table = merge_blobs(inputs.blobs, inputs.sidecars, base, elf.byteorder,
+                        lambda b: elf.release(sec, b.offset, b.offset + len(b.data)))
     btf = table.btf
-    summary.objects = len(blobs)
+    summary.objects = len(inputs.blobs)
     summary.types_in = table.types_in
     summary.merged = len(btf)
     progress.step('relocate')
-    placed = place_variables(elf, btf, blobs, sec, table.locate)
+    fields = entry_fields(btf, table.origin)
+    placed = place_variables(elf, btf, sec, fields, inputs.blobs)
+    elf.release(sec)
     graves = Tombstones(btf)
     progress.step('datasec')
-    summary.variables = rebuild_datasecs(btf, placed, graves)
+    layout = rebuild_datasecs(btf, placed, fields, graves)
+    summary.variables = sum(map(len, layout))
     progress.step('functions')
-    summary.functions = check_functions(btf, elf.typed_symbols(STT_FUNC), graves,
-                                        features.consistent_func)
-    return btf
+    summary.functions = check_functions(btf, ambiguous, graves, features.consistent_func)
+    return Prepared(btf, layout)
+
+
+def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
+    """The passes before dedup on every type as it is, without merging by
+    hash: what libbpf's dedup would be given (the tests compare the two)."""
+    inputs = read_inputs(elf, path, '.BTF', use_hashes=False)
+    ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
+    return prepare(elf, inputs, None, features, ambiguous, Progress(False), Summary()).btf
 
 
 def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:
@@ -140,6 +227,7 @@ def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:
               file=sys.stderr)
         return None
     sidecars = split_sidecars(elf.section_view(sec), elf.byteorder)
+    elf.release(sec)
     if len(sidecars) != len(blobs) or any(s.btf_size != len(b.data)
                                           for s, b in zip(sidecars, blobs)):
         raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs '

@@ -5,6 +5,10 @@ applied ``.rela.BTF``: each entry's offset field holds the low 32 bits of
 the variable's address, which names the output section and the offset in
 it.  In a relocatable output (``ld -r``, a module) the relocations are still
 there, and are applied here against the symbols' section offsets.
+
+Entries are found by where their offset field sits in the input section,
+so the link cache (``cache.py``) can place the variables of a link it
+replays without reading any type.
 """
 from __future__ import annotations
 
@@ -17,60 +21,91 @@ from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.relocs import arch_for
 
-from .concat import Blob, datasecs, secinfo_offsets
+from .concat import Blob, datasecs
 
 #: (DATASEC type id, entry index) -> (output section, offset in it)
 Placements = dict[tuple[int, int], tuple[Section, int]]
+#: Where an entry's offset field sits: (the blob's place in the merge
+#: order, byte offset in the blob).
+Field = tuple[int, int]
+#: (DATASEC type id, entry index) -> its offset field
+Fields = dict[tuple[int, int], Field]
+Origin = Callable[[int], tuple[Blob, int]]
 
 
-def place_variables(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Section,
-                    locate: Callable[[int, int], int]) -> Placements:
-    """``locate(blob order, id in the blob)`` gives a type's id in ``btf``."""
+def entry_fields(btf: Btf, origin: Origin) -> Fields:
+    """Where each DATASEC entry's offset field sits; ``origin(type id)``
+    gives the type's blob and its record's offset in it."""
+    out: Fields = {}
+    for ds_id, ds in datasecs(btf):
+        blob, record = origin(ds_id)
+        for j in range(len(ds.items)):
+            out[ds_id, j] = (blob.order, record + 12 + 12 * j + 4)
+    return out
+
+
+def section_offsets(fields: list[Field], blobs: list[Blob]) -> list[int]:
+    """The fields' offsets in the input section; ``blobs`` in merge order."""
+    return [blobs[order].offset + off for order, off in fields]
+
+
+def place_fields(elf: ElfFile, btf_section: Section, fields: list[int],
+                 describe: Callable[[int], str]) -> list[tuple[Section, int]]:
+    """(output section, offset in it) of the variable of each entry whose
+    offset field sits at ``fields[k]``; ``describe(k)`` names it in errors."""
     if elf.e_type == ET_REL:
-        return _from_relocations(elf, btf, blobs, btf_section, locate)
-    return _from_addresses(elf, btf)
+        return _from_relocations(elf, btf_section, fields, describe)
+    return _from_addresses(elf, btf_section, fields, describe)
 
 
-def _from_addresses(elf: ElfFile, btf: Btf) -> Placements:
+def place_variables(elf: ElfFile, btf: Btf, btf_section: Section, fields: Fields,
+                    blobs: list[Blob]) -> Placements:
+    """Every DATASEC entry of ``btf``, placed in the output."""
+    keys = list(fields)
+
+    def describe(k: int) -> str:
+        ds_id, j = keys[k]
+        return f"variable '{btf[btf[ds_id].items[j].type].name}' of DATASEC '{btf[ds_id].name}'"
+    offsets = section_offsets(list(fields.values()), blobs)
+    return dict(zip(keys, place_fields(elf, btf_section, offsets, describe)))
+
+
+def _from_addresses(elf: ElfFile, btf_section: Section, fields: list[int],
+                    describe: Callable[[int], str]) -> list[tuple[Section, int]]:
     signed = arch_for(elf).abs32_signed
     mask = (1 << (elf.elf_class)) - 1
     sections = sorted((s for s in elf.sections if s.flags & SHF_ALLOC and s.size), key=lambda s: s.addr)
     starts = [s.addr for s in sections]
-    out: Placements = {}
-    for ds_id, ds in datasecs(btf):
-        for j, v in enumerate(ds.items):
-            value = v.offset
-            if signed and value >= 1 << 31:
-                value = (value - (1 << 32)) & mask
-            i = bisect.bisect_right(starts, value) - 1
-            if i < 0 or value >= sections[i].addr + sections[i].size:
-                raise BtfError(f"variable '{btf[v.type].name}' of DATASEC '{ds.name}' is at "
-                               f'0x{value:x}, inside no section of the output: was .rela.BTF '
-                               'applied by the link?')
-            out[ds_id, j] = (sections[i], value - sections[i].addr)
+    data = elf.section_view(btf_section)
+    byteorder = elf.byteorder
+    out = []
+    for k, field in enumerate(fields):
+        value = int.from_bytes(data[field:field + 4], byteorder)
+        if signed and value >= 1 << 31:
+            value = (value - (1 << 32)) & mask
+        i = bisect.bisect_right(starts, value) - 1
+        if i < 0 or value >= sections[i].addr + sections[i].size:
+            raise BtfError(f'{describe(k)} is at 0x{value:x}, inside no section of the '
+                           'output: was .rela.BTF applied by the link?')
+        out.append((sections[i], value - sections[i].addr))
     return out
 
 
-def _from_relocations(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Section,
-                      locate: Callable[[int, int], int]) -> Placements:
+def _from_relocations(elf: ElfFile, btf_section: Section, fields: list[int],
+                      describe: Callable[[int], str]) -> list[tuple[Section, int]]:
     rsec = elf.reloc_section_for(btf_section.index)
     symbols = elf.symbols()
     by_field: dict[int, tuple[int, int]] = {}
     if rsec is not None:
         for off, sym, _type, addend in elf.relocations(rsec):
             by_field[off] = (sym, addend)
-    out: Placements = {}
-    for blob in blobs:
-        for (local, j), field in secinfo_offsets(blob).items():
-            hit = by_field.get(blob.offset + field)
-            ds_id = locate(blob.order, local)
-            ds = btf[ds_id]
-            if hit is None:
-                raise BtfError(f"DATASEC '{ds.name}' entry {j} of BTF blob {blob.index + 1} "
-                               'has no relocation in .rela.BTF')
-            sym = symbols[hit[0]]
-            if sym.shndx == 0 or sym.shndx >= SHN_LORESERVE:
-                raise BtfError(f"variable '{btf[ds.items[j].type].name}' is relocated against "
-                               f"undefined symbol '{sym.name}'")
-            out[ds_id, j] = (elf.sections[sym.shndx], sym.value + hit[1])
+    out = []
+    for k, field in enumerate(fields):
+        hit = by_field.get(field)
+        if hit is None:
+            raise BtfError(f'{describe(k)} has no relocation in .rela.BTF')
+        sym = symbols[hit[0]]
+        if sym.shndx == 0 or sym.shndx >= SHN_LORESERVE:
+            raise BtfError(f"{describe(k)} is relocated against undefined symbol '{sym.name}'")
+        out.append((elf.sections[sym.shndx], sym.value + hit[1]))
     return out

@@ -171,9 +171,14 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
               help='Write the variables outside .data..percpu (objects encoded with '
                    'global_var) to FILE, as split BTF on top of vmlinux\'s, which keeps '
                    'only the percpu ones.')
+@click.option('--cache', type=click.Path(dir_okay=False), metavar='FILE',
+              help='Keep this link in FILE; a later link whose objects\' types are all '
+                   'unchanged (an edit to function bodies) only places the variables '
+                   'anew.  Same output either way.  For vmlinux, without --base or '
+                   '--split-vars.')
 @features_option
 def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         split_vars: str | None, features: Features) -> None:
+         split_vars: str | None, cache: str | None, features: Features) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
     \b
@@ -192,7 +197,7 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     from .elf.errors import ElfError
     try:
         summary = run_link(file, features=features, base_path=base_path, output=output,
-                           section=input_section, split_vars=split_vars,
+                           section=input_section, split_vars=split_vars, cache=cache,
                            progress=Progress(sys.stderr.isatty()))
     except LinkError as err:
         raise click.ClickException(str(err)) from None

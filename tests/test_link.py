@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES, need, objbtf, run
 from libbpf_oracle import isomorphism_problem, libbpf_dedup
-from linkdedup.pipeline import Progress, Summary, prepare
+from linkdedup.pipeline import unmerged_table
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
@@ -40,8 +40,7 @@ def link_relocatable(tmp_path: Path, objs: list[Path], name: str) -> Path:
 def libbpf_reference(path: Path):
     """libbpf's dedup of the plain concatenation, after the same passes."""
     with ElfFile.open(str(path)) as elf:
-        full = prepare(elf, str(path), '.BTF', None, Features(), Progress(False), Summary(),
-                       use_hashes=False)
+        full = unmerged_table(elf, str(path), Features())
     return parse_btf(libbpf_dedup(encode_btf(full)))
 
 
@@ -158,3 +157,55 @@ def units_default(tmp_path: Path) -> list[Path]:
     obj = tmp_path / 'dflt_a.o'
     objbtf('cc', '--', 'gcc', '-g', '-O2', '-c', '-o', obj, UNITS / 'unit_a.c')
     return [obj]
+
+
+def link_with_cache(linked: Path, cache: Path, out: Path) -> tuple[bytes, bool]:
+    """(the BTF, whether the link replayed the cache) of one cached link."""
+    r = objbtf('link', '--cache', cache, '--output', out, linked)
+    return out.read_bytes(), 'replayed from the cache' in r.stderr
+
+
+def fresh_link(linked: Path, out: Path) -> bytes:
+    objbtf('link', '--output', out, linked)
+    return out.read_bytes()
+
+
+def test_cached_relink_gives_the_bytes_of_a_full_link(units, tmp_path):
+    """A relink whose objects' types are unchanged replays the cache, even
+    when the variables moved (another object order), and writes what a link
+    without the cache writes."""
+    cache = tmp_path / 'link.cache'
+    forward = link_relocatable(tmp_path, units, 'fwd.o')
+    first, replayed = link_with_cache(forward, cache, tmp_path / 'a.btf')
+    assert not replayed and cache.exists()
+    assert first == fresh_link(forward, tmp_path / 'ref_a.btf')
+    again, replayed = link_with_cache(forward, cache, tmp_path / 'b.btf')
+    assert replayed and again == first
+    backward = link_relocatable(tmp_path, list(reversed(units)), 'bwd.o')
+    moved, replayed = link_with_cache(backward, cache, tmp_path / 'c.btf')
+    assert replayed
+    assert moved == fresh_link(backward, tmp_path / 'ref_c.btf')
+    assert moved != first            # the percpu variables did move
+
+
+def test_cache_misses_when_an_object_has_new_types(units, tmp_path):
+    cache = tmp_path / 'link.cache'
+    link_with_cache(link_relocatable(tmp_path, units, 'old.o'), cache, tmp_path / 'a.btf')
+    extra = tmp_path / 'extra.h'
+    extra.write_text('struct added_by_test { int a; long b; };\n'
+                     'struct added_by_test added_by_test_var __attribute__((used));\n')
+    objbtf('cc', '--', 'gcc', '-g', '-O2', '-c', '-include', extra, '-o', units[1],
+           UNITS / 'unit_b.c')
+    changed = link_relocatable(tmp_path, units, 'new.o')
+    out, replayed = link_with_cache(changed, cache, tmp_path / 'b.btf')
+    assert not replayed
+    assert out == fresh_link(changed, tmp_path / 'ref.btf')
+    assert "STRUCT 'added_by_test'" in run(need('bpftool'), 'btf', 'dump', 'file',
+                                           tmp_path / 'b.btf').stdout
+
+
+def test_cache_is_for_vmlinux_only(units, tmp_path):
+    linked = link_relocatable(tmp_path, units, 'all.o')
+    r = objbtf('link', '--cache', tmp_path / 'c', '--base', linked, '-o', tmp_path / 'o.btf',
+               linked, check=False)
+    assert r.returncode == 1 and '--cache is for vmlinux' in r.stderr

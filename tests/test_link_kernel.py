@@ -149,13 +149,12 @@ def test_dedup_matches_libbpf_on_the_full_concatenation(encoded_kernel, linked):
     """The fast path (merge by hash, then dedup) against libbpf's btf__dedup
     on the plain concatenation of every object's types."""
     from libbpf_oracle import isomorphism_problem, libbpf_dedup
-    from linkdedup.pipeline import Progress, Summary, prepare
+    from linkdedup.pipeline import unmerged_table
     from objbtf.btf.writer import encode_btf
     from objbtf.features import Features
     path = str(encoded_kernel / TMP_VMLINUX)
     with ElfFile.open(path) as elf:
-        full = prepare(elf, path, '.BTF', None, Features(), Progress(False), Summary(),
-                       use_hashes=False)
+        full = unmerged_table(elf, path, Features())
     assert len(full) > 1_000_000
     theirs = parse_btf(libbpf_dedup(encode_btf(full)))
     ours = parse_btf(linked[0].read_bytes())

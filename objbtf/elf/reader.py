@@ -240,6 +240,19 @@ class ElfFile:
             return self.section_data(sec)
         return memoryview(self.data)[sec.offset:sec.offset + sec.size]
 
+    def release(self, sec: Section, start: int = 0, end: int | None = None) -> None:
+        """Done reading bytes ``start:end`` of ``sec`` for now: their pages
+        leave this process's memory (they stay in the page cache, and come
+        back if read again).  The link reads a vmlinux's tens of megabytes of
+        per-object BTF piece by piece and would otherwise keep it all."""
+        if self._mmap is None:
+            return
+        end = sec.size if end is None else end
+        first = -(-(sec.offset + start) // mmap.PAGESIZE) * mmap.PAGESIZE
+        last = (sec.offset + end) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            self._mmap.madvise(mmap.MADV_DONTNEED, first, last - first)
+
     def _decompress(self, sec: Section) -> bytes:
         raw = self._raw(sec.offset, sec.size)
         if not sec.flags & SHF_COMPRESSED:

@@ -1,0 +1,139 @@
+"""The link cache: a relink whose objects' types are unchanged replays the last link.
+
+An incremental kernel build relinks vmlinux after every change, and most
+changes (a function body, a constant) leave every object's types as they
+were: only the variables' addresses move.  The final BTF is then the last
+one with its DATASECs rebuilt from the new addresses, which takes reading
+a few hundred offset fields instead of merging a million types.
+
+The cache file (``objbtf link --cache FILE``) holds one link: its key, the
+final BTF, and for each final DATASEC where its record sits in that BTF
+and where each entry's offset was read (which blob in merge order, where
+in the blob).  The key covers everything else the final BTF depends on:
+the objects' types (their ``.BTF.objbtf`` chunks, which hash every type,
+in merge order), the function symbols at several addresses, the features,
+the input section's name, and objbtf's own code.  A replay whose variables
+changed output section is not a hit either.  Either way, a miss is a full
+link, which then refills the cache.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from hashlib import blake2b
+from pathlib import Path
+
+from objbtf.btf.kinds import Kind
+from objbtf.btf.types import Btf
+from objbtf.elf.reader import ElfFile, Section
+from objbtf.elf.writer import write_atomically
+
+from .concat import Blob
+from .relocate import Field, place_fields, section_offsets
+
+MAGIC = b'OBTFLINKCACHE\x00\x00\x01'
+_KEY_LEN = 32
+_CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / 'objbtf')
+
+
+def cache_key(sidecars: list, ambiguous: set[str], features: list[str], section: str) -> bytes:
+    """The key of a link; ``sidecars`` in merge order."""
+    h = blake2b(digest_size=_KEY_LEN)
+    h.update(MAGIC)
+    h.update(_code_digest())
+    h.update(json.dumps([section, features, sorted(ambiguous)]).encode())
+    for sc in sidecars:
+        h.update(struct.pack('<II', len(sc.hashes), sc.btf_size))
+        h.update(sc.hashes)
+        h.update(sc.offsets)
+        h.update(sc.flags)
+    return h.digest()
+
+
+def _code_digest() -> bytes:
+    """A digest of the code that makes the final BTF: an upgraded or edited
+    objbtf does not replay what an older one wrote."""
+    h = blake2b(digest_size=16)
+    for root in _CODE:
+        for src in sorted(root.rglob('*.py')):
+            h.update(str(src.relative_to(root)).encode())
+            h.update(src.read_bytes())
+    return h.digest()
+
+
+@dataclass
+class CachedDatasec:
+    """One final DATASEC: where its record sits in the BTF, its entries'
+    (VAR id, size), and where each entry's offset is read."""
+    record: int
+    name: str
+    vars: list[tuple[int, int]]
+    fields: list[Field]
+
+
+@dataclass
+class CachedLink:
+    raw: bytes
+    datasecs: list[CachedDatasec]
+    summary: dict
+
+
+def describe_datasecs(final: Btf, type_offsets: list[int], layout: list[list[Field]],
+                      header_len: int) -> list[CachedDatasec] | None:
+    """The final DATASECs with their fields (``layout``, in order), or None
+    when the final BTF does not end with them as the link laid them out."""
+    found = [(i, t) for i, t in final.own() if t.kind is Kind.DATASEC]
+    if len(found) != len(layout):
+        return None
+    out = []
+    for (type_id, ds), fields in zip(found, layout):
+        if len(ds.items) != len(fields):
+            return None
+        out.append(CachedDatasec(header_len + type_offsets[type_id - final.start_id], ds.name,
+                                 [(v.type, v.size) for v in ds.items], fields))
+    return out
+
+
+def store(path: str, key: bytes, link: CachedLink) -> None:
+    meta = json.dumps({'summary': link.summary,
+                       'datasecs': [[d.record, d.name, d.vars, d.fields] for d in link.datasecs]},
+                      separators=(',', ':')).encode()
+    write_atomically(path, [MAGIC, key, struct.pack('<I', len(meta)), meta, link.raw])
+
+
+def load(path: str, key: bytes) -> CachedLink | None:
+    """The cached link if ``path`` holds one made with ``key``."""
+    try:
+        with open(path, 'rb') as f:
+            head = f.read(len(MAGIC) + _KEY_LEN + 4)
+            if head[:len(MAGIC)] != MAGIC or head[len(MAGIC):-4] != key:
+                return None
+            (meta_len,) = struct.unpack('<I', head[-4:])
+            meta = json.loads(f.read(meta_len))
+            raw = f.read()
+    except (OSError, ValueError, struct.error):
+        return None
+    datasecs = [CachedDatasec(r, n, [tuple(v) for v in vs], [tuple(f) for f in fs])
+                for r, n, vs, fs in meta['datasecs']]
+    if any(d.record + 12 * (1 + len(d.vars)) > len(raw) for d in datasecs):
+        return None
+    return CachedLink(raw, datasecs, meta['summary'])
+
+
+def replay(link: CachedLink, elf: ElfFile, btf_section: Section, blobs: list[Blob]) -> bytes | None:
+    """The cached BTF with its DATASECs placed anew; None when a variable
+    left the output section its DATASEC is for."""
+    out = bytearray(link.raw)
+    order = '<' if elf.byteorder == 'little' else '>'
+    for ds in link.datasecs:
+        offsets = section_offsets(ds.fields, blobs)
+        placed = place_fields(elf, btf_section, offsets,
+                              lambda k, ds=ds: f"variable {k} of DATASEC '{ds.name}'")
+        if any(sec.name != ds.name for sec, _ in placed):
+            return None
+        rows = sorted((off, var, size) for (_, off), (var, size) in zip(placed, ds.vars))
+        struct.pack_into(order + 'I', out, ds.record + 8, placed[0][0].size)
+        for j, (off, var, size) in enumerate(rows):
+            struct.pack_into(order + 'III', out, ds.record + 12 + 12 * j, var, off, size)
+    return bytes(out)
