@@ -88,9 +88,10 @@ def main() -> int:
         pahole = ['pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust',
                   '--btf_encode_detached', str(work / 'pahole.btf'), str(build / '.tmp_vmlinux.btf')]
         link = objbtf + ['link', '-o', str(out), str(tree / TMP_VMLINUX)]
+        cached_link = objbtf + ['link', '--cache', str(cache), '-o', str(out),
+                                str(tree / TMP_VMLINUX)]
         (p_wall, p_rss), (pj_wall, pj_rss), (o_wall, o_rss) = interleaved(
             args.repeat, [pahole, pahole[:1] + ['-j'] + pahole[1:], link])
-        cached_link = link[:2] + ['--cache', str(cache)] + link[2:]
         subprocess.run(cached_link, check=True, capture_output=True)
         shutil.copy(cache, warm)
         recompile(tree, 'kernel/fork.o')

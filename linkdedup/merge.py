@@ -27,6 +27,7 @@ from itertools import compress
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import is_definition, named_aggregate
+from objbtf.btf.kinds import Kind
 from objbtf.btf.reader import TypeParser
 from objbtf.btf.sidecar import Sidecar
 from objbtf.btf.types import Btf, BtfType
@@ -35,6 +36,7 @@ from .concat import Blob
 
 _LOCAL_BITS = 20                  # BTF holds fewer than 2**20 types
 _LOCAL_MASK = (1 << _LOCAL_BITS) - 1
+_LEAVES = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})
 _MERGEABLE = bytes.maketrans(bytes(range(256)), b'\1' + b'\0' * 255)
 
 
@@ -46,10 +48,10 @@ class _Part:
         self.blob = blob
         order_str, hdr_len, type_off, type_len, str_off, str_len = blob.header
         e = '<' if order_str == 'little' else '>'
-        strings = _ViewStrings(blob.data[hdr_len + str_off:hdr_len + str_off + str_len])
+        self.strings = _ViewStrings(blob.data[hdr_len + str_off:hdr_len + str_off + str_len])
         self.types_start = hdr_len + type_off
         self.parser = TypeParser(blob.data[self.types_start:self.types_start + type_len],
-                                 e, strings)
+                                 e, self.strings)
         self.sidecar = sidecar
         if sidecar is None:
             self.offsets = _scan_offsets(self.parser)
@@ -66,30 +68,30 @@ class _Part:
 
 class _ViewStrings:
     """A blob's string section, read in place: a vmlinux holds tens of
-    megabytes of them, of which the link needs the few names of the types
-    it parses."""
-    __slots__ = ('cache', 'view')
+    megabytes of them.  A copy is made while the blob's types are parsed
+    and dropped with ``release``; names once read stay cached."""
+    __slots__ = ('cache', 'data', 'view')
 
     def __init__(self, view: memoryview):
         self.view = view
+        self.data: bytes | None = None
         self.cache: dict[int, str] = {}
 
     def __call__(self, off: int) -> str:
         s = self.cache.get(off)
         if s is not None:
             return s
-        view = self.view
-        if off >= len(view):
+        data = self.data
+        if data is None:
+            data = self.data = bytes(self.view)
+        end = data.find(0, off)
+        if off >= len(data) or end < 0:
             raise ValueError(f'string offset {off} outside the string section')
-        chunk = bytes(view[off:off + 64])
-        end = chunk.find(0)
-        if end < 0:
-            chunk = bytes(view[off:])
-            end = chunk.find(0)
-            if end < 0:
-                raise ValueError(f'the string at offset {off} runs past the string section')
-        s = self.cache[off] = chunk[:end].decode('utf-8', 'replace')
+        s = self.cache[off] = data[off:end].decode('utf-8', 'replace')
         return s
+
+    def release(self) -> None:
+        self.data = None
 
 
 def _scan_offsets(parser: TypeParser) -> list[int]:
@@ -181,6 +183,7 @@ def _parse_positions(parts: list[_Part], positions: Iterable[int],
     for pos in sorted(positions):
         if part is not parts[pos >> _LOCAL_BITS]:
             if part is not None:
+                part.strings.release()
                 release(part.blob)
             part = parts[pos >> _LOCAL_BITS]
         try:
@@ -188,6 +191,7 @@ def _parse_positions(parts: list[_Part], positions: Iterable[int],
         except BtfError as err:
             raise BtfError(f'BTF blob {part.blob.index + 1}: {err}') from None
     if part is not None:
+        part.strings.release()
         release(part.blob)
     return out
 
@@ -239,17 +243,18 @@ def _users(parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType]
     name_users: dict[str, list[int]] = {}
     hash_users: dict[int, list[int]] = {}
     for h, pos in first.items():
-        part = parts[pos >> _LOCAL_BITS]
-        hashes = part.sidecar.hashes
-        for ref in parsed[pos].refs():
-            if ref == 0:
-                continue
-            rh = hashes[ref - 1]
-            name = named.get(rh)
-            if name is not None:
-                name_users.setdefault(name, []).append(h)
-            else:
-                hash_users.setdefault(rh, []).append(h)
+        t = parsed[pos]
+        if t.kind in _LEAVES:
+            continue
+        hashes = parts[pos >> _LOCAL_BITS].sidecar.hashes
+        for ref in t.refs():
+            if ref:
+                rh = hashes[ref - 1]
+                name = named.get(rh)
+                if name is not None:
+                    name_users.setdefault(name, []).append(h)
+                else:
+                    hash_users.setdefault(rh, []).append(h)
     return name_users, hash_users
 
 
