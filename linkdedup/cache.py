@@ -11,10 +11,11 @@ final BTF, and for each final DATASEC where its record sits in that BTF
 and where each entry's offset was read (which blob in merge order, where
 in the blob).  The key covers everything else the final BTF depends on:
 the objects' types (their ``.BTF.objbtf`` chunks, which hash every type,
-in merge order), the function symbols at several addresses, the features,
-the input section's name, and objbtf's own code.  A replay whose variables
-changed output section is not a hit either.  Either way, a miss is a full
-link, which then refills the cache.
+in merge order), the function symbols at several addresses, the kfuncs of
+``.BTF_ids`` with their tags (a kfunc added to a set changes no type), the
+features, the input section's name, and objbtf's own code.  A replay whose
+variables changed output section is not a hit either.  Either way, a miss
+is a full link, which then refills the cache.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 
 from .concat import Blob
+from .kfuncs import Kfuncs
 from .relocate import Field, place_fields, section_offsets
 
 MAGIC = b'OBTFLINKCACHE\x00\x00\x01'
@@ -37,12 +39,13 @@ _KEY_LEN = 32
 _CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / 'objbtf')
 
 
-def cache_key(sidecars: list, ambiguous: set[str], features: list[str], section: str) -> bytes:
+def cache_key(sidecars: list, ambiguous: set[str], kfuncs: Kfuncs, features: list[str],
+              section: str) -> bytes:
     """The key of a link; ``sidecars`` in merge order."""
     h = blake2b(digest_size=_KEY_LEN)
     h.update(MAGIC)
     h.update(_code_digest())
-    h.update(json.dumps([section, features, sorted(ambiguous)]).encode())
+    h.update(json.dumps([section, features, sorted(ambiguous), sorted(kfuncs.items())]).encode())
     for sc in sidecars:
         h.update(struct.pack('<II', len(sc.hashes), sc.btf_size))
         h.update(sc.hashes)

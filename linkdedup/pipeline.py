@@ -19,6 +19,7 @@ from .concat import Blob, canonical_order, split_blobs
 from .datasec import rebuild_datasecs
 from .emit import emit
 from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions
+from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, tag_kfuncs
 from .merge import merge_blobs
 from .relocate import Field, entry_fields, place_variables
 from .split_vars import split_variables
@@ -37,6 +38,7 @@ class Summary:
         self.types_out = 0
         self.variables = 0
         self.functions: FunctionReport | None = None
+        self.kfuncs = KfuncReport()
         self.seconds = 0.0
         self.written = ''
         self.split = ''
@@ -47,7 +49,8 @@ class Summary:
         f = self.functions or FunctionReport()
         return {'objects': self.objects, 'types_in': self.types_in, 'merged': self.merged,
                 'types_out': self.types_out, 'variables': self.variables,
-                'inconsistent': f.inconsistent, 'ambiguous': f.ambiguous}
+                'inconsistent': f.inconsistent, 'ambiguous': f.ambiguous,
+                'kfuncs_tagged': self.kfuncs.tagged, 'kfuncs_missing': self.kfuncs.missing}
 
     def restore(self, cached: dict) -> None:
         for name in ('objects', 'types_in', 'merged', 'types_out', 'variables'):
@@ -55,6 +58,7 @@ class Summary:
         self.functions = FunctionReport()
         self.functions.inconsistent = cached['inconsistent']
         self.functions.ambiguous = cached['ambiguous']
+        self.kfuncs = KfuncReport(cached['kfuncs_tagged'], cached['kfuncs_missing'])
         self.replayed = True
 
     def lines(self) -> list[str]:
@@ -69,6 +73,10 @@ class Summary:
         if f is not None and f.dropped:
             out.append(f'  functions dropped: {len(f.inconsistent)} with prototypes that '
                        f'differ between objects, {len(f.ambiguous)} at several addresses')
+        k = self.kfuncs
+        if k.tagged or k.missing:
+            out.append(f'  kfuncs: {len(k.tagged) + len(k.missing)} in .BTF_ids, '
+                       f'{len(k.tagged)} tagged bpf_kfunc, {len(k.missing)} without a FUNC')
         return out
 
 
@@ -104,13 +112,14 @@ def link(path: str, *, features: Features, base_path: str | None = None,
     base = _load_base(base_path) if base_path else None
     with ElfFile.open(path) as elf:
         inputs = read_inputs(elf, path, section)
-        ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
+        symbols = FromSymbols(elf, features, module=base is not None)
         key = raw = None
         if cache is not None:
-            key = link_cache.cache_key(inputs.sidecars or [], ambiguous, features.names(), section)
+            key = link_cache.cache_key(inputs.sidecars or [], symbols.ambiguous, symbols.kfuncs,
+                                       features.names(), section)
             raw = _replay(cache, key, elf, inputs, summary)
         if raw is None:
-            raw = _full_link(elf, path, inputs, base, features, ambiguous, split_vars,
+            raw = _full_link(elf, path, inputs, base, features, symbols, split_vars,
                              progress, summary, cache and (cache, key))
         summary.written = emit(raw, elf, path, section, output)
     progress.done()
@@ -119,9 +128,9 @@ def link(path: str, *, features: Features, base_path: str | None = None,
 
 
 def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, features: Features,
-               ambiguous: set[str], split_vars: str | None, progress: Progress,
+               symbols: FromSymbols, split_vars: str | None, progress: Progress,
                summary: Summary, cache: tuple[str, bytes] | None) -> bytes:
-    prepared = prepare(elf, inputs, base, features, ambiguous, progress, summary)
+    prepared = prepare(elf, inputs, base, features, symbols, progress, summary)
     progress.step(f'dedup {len(prepared.btf)} types')
     final = dedup(prepared.btf)
     summary.types_out = len(final)
@@ -155,6 +164,18 @@ def _replay(cache: str, key: bytes, elf: ElfFile, inputs: Inputs, summary: Summa
     return raw
 
 
+class FromSymbols:
+    """What the passes take from the linked file's symbols: the function
+    names at several addresses (functions pass) and, for vmlinux with
+    ``decl_tag_kfuncs`` and ``decl_tag`` (pahole needs both), the kfuncs of
+    ``.BTF_ids`` (kfuncs pass).  Modules get no kfunc tags yet."""
+
+    def __init__(self, elf: ElfFile, features: Features, module: bool):
+        self.ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
+        tag = features.decl_tag_kfuncs and features.decl_tag and not module
+        self.kfuncs: Kfuncs = find_kfuncs(elf) if tag else {}
+
+
 class Inputs:
     """What ld concatenated: the input section, and its blobs and their
     ``.BTF.objbtf`` chunks, in merge order."""
@@ -179,7 +200,7 @@ def read_inputs(elf: ElfFile, path: str, section: str, use_hashes: bool = True) 
 
 class Prepared:
     """The table dedup turns into the final BTF, and where the entries of
-    its DATASECs (the last types, one per output section) were read."""
+    its DATASECs (one per output section, after the objects' types) were read."""
 
     def __init__(self, btf: Btf, layout: list[list[Field]]):
         self.btf = btf
@@ -187,7 +208,7 @@ class Prepared:
 
 
 def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
-            ambiguous: set[str], progress: Progress, summary: Summary) -> Prepared:
+            symbols: FromSymbols, progress: Progress, summary: Summary) -> Prepared:
     """The passes before dedup."""
     progress.step('concatenate')
     sec = inputs.section
@@ -206,7 +227,9 @@ def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
     layout = rebuild_datasecs(btf, placed, fields, graves)
     summary.variables = sum(map(len, layout))
     progress.step('functions')
-    summary.functions = check_functions(btf, ambiguous, graves, features.consistent_func)
+    summary.functions = check_functions(btf, symbols.ambiguous, graves, features.consistent_func)
+    progress.step('kfuncs')
+    summary.kfuncs = tag_kfuncs(btf, symbols.kfuncs)
     return Prepared(btf, layout)
 
 
@@ -214,8 +237,8 @@ def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
     """The passes before dedup on every type as it is, without merging by
     hash: what libbpf's dedup would be given (the tests compare the two)."""
     inputs = read_inputs(elf, path, '.BTF', use_hashes=False)
-    ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
-    return prepare(elf, inputs, None, features, ambiguous, Progress(False), Summary()).btf
+    symbols = FromSymbols(elf, features, module=False)
+    return prepare(elf, inputs, None, features, symbols, Progress(False), Summary()).btf
 
 
 def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:

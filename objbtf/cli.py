@@ -190,7 +190,8 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     The passes: concatenate, relocate (variables to output sections),
     datasec (one per output section), functions (drop names whose
     prototypes differ between objects or that sit at several addresses),
-    dedup (libbpf's btf__dedup), emit.
+    kfuncs (a bpf_kfunc DECL_TAG on each kfunc .BTF_ids lists; vmlinux
+    only), dedup (libbpf's btf__dedup), emit.
     """
     from linkdedup.pipeline import LinkError, Progress, link as run_link
     from .btf.errors import BtfError

@@ -190,6 +190,22 @@ def test_symbols_match_readelf(build, variant):
         assert sym.name == name or (sym.type == STT_SECTION and not sym.name)
 
 
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_section_symbols_match_readelf(build, variant):
+    """section_symbols reads the table itself (fresh file), then filters the
+    full list (once it is built): readelf's symbols of each section, either way."""
+    path = build(variant)
+    expected = readelf_symbols(path)
+    for how in ('direct', 'from the full list'):
+        elf = load(path)
+        if how != 'direct':
+            elf.symbols()
+        for sec in elf.sections:
+            got = [(s.index, s.value, s.shndx) for s in elf.section_symbols(sec)]
+            assert got == [(num, value, ndx) for num, _, value, _, _, _, ndx in expected
+                           if ndx == sec.index], (how, sec.name)
+
+
 @pytest.mark.parametrize('variant', PYELFTOOLS_VARIANTS)
 def test_relocations_match_pyelftools(build, variant):
     from elftools.elf.elffile import ELFFile
@@ -504,6 +520,9 @@ def test_extended_numbering(many_sections, tmp_path):
         [(r[0], r[1], r[4], r[5]) for r in expected]
     last = next(s for s in elf.symbols() if s.name == 'last')
     assert elf.sections[last.shndx].name == '.s65299'
+    # SHN_XINDEX resolved before filtering, reading the table anew
+    assert [s.name for s in load(many_sections).section_symbols(elf.sections[last.shndx])
+            if s.type != STT_SECTION] == ['last']
 
     path = tmp_path / 'many.o'
     path.write_bytes(many_sections.read_bytes())

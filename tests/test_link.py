@@ -209,3 +209,87 @@ def test_cache_is_for_vmlinux_only(units, tmp_path):
     r = objbtf('link', '--cache', tmp_path / 'c', '--base', linked, '-o', tmp_path / 'o.btf',
                linked, check=False)
     assert r.returncode == 1 and '--cache is for vmlinux' in r.stderr
+
+
+KFUNCS = FIXTURES / 'kfuncs'
+
+
+def kfunc_program(tmp_path: Path, set_flags: str, *defines: str) -> Path:
+    """The kfunc fixture compiled through objbtf cc and linked by ld into an
+    executable, as vmlinux is; ``set_flags``: its kfunc sets' header flags."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    objs = []
+    for name in ('kf_core', 'kf_other'):
+        obj = tmp_path / f'{name}.o'
+        objbtf('cc', '--', need('gcc'), '-g', '-O2', f'-DSET_FLAGS={set_flags}', *defines,
+               '-c', '-o', obj, KFUNCS / f'{name}.c')
+        objs.append(obj)
+    out = tmp_path / 'kfuncs'
+    run(need('ld'), '-e', 'kf_core_user', '-o', out, *objs)
+    return out
+
+
+def decl_tags(btf) -> set[tuple[str, str, int]]:
+    """(tag, name of the tagged type, component_idx) of every DECL_TAG."""
+    return {(t.name, btf[t.type].name, t.component_idx) for _, t in btf.own()
+            if t.kind is Kind.DECL_TAG}
+
+
+def expected_tags(kfuncs: dict[str, set[str]], btf) -> set[tuple[str, str, int]]:
+    funcs = {t.name for _, t in btf.own() if t.kind is Kind.FUNC}
+    return {(tag, name, -1) for name, tags in kfuncs.items() if name in funcs for tag in tags}
+
+
+@pytest.mark.parametrize('set_flags, marked', [('BTF_SET8_KFUNCS', True), ('0', False)],
+                         ids=['sets-marked', 'sets-unmarked'])
+def test_kfuncs_get_their_decl_tags(tmp_path, kernel_loader, set_flags, marked):
+    """Marked sets (kernel 6.9 on): the functions of the marked sets only;
+    no set marked (6.1): those of every set8; never a list's or a 4-byte
+    set's, never a function without a FUNC (dropped, or none at all)."""
+    from btf_ids_oracle import btf_ids_kfuncs
+    program = kfunc_program(tmp_path, set_flags)
+    kfuncs, found_marked = btf_ids_kfuncs(program)
+    assert found_marked == marked
+    # What the fixture's source puts in its sets, as readelf and objcopy see it.
+    assert set(kfuncs) == {'kf_alpha', 'kf_beta', 'kf_same_name', 'kf_delta',
+                           'kf_nowhere'} | (set() if marked else {'kf_hidden'})
+    out = tmp_path / 'out.btf'
+    r = objbtf('link', '--output', out, program)
+    btf = parse_btf(out.read_bytes())
+    tags = decl_tags(btf)
+    assert tags == expected_tags(kfuncs, btf)
+    funcs = {t.name for _, t in btf.own() if t.kind is Kind.FUNC}
+    assert {'kf_gamma', 'kf_listed', 'kf_in_set'} <= funcs             # FUNCs, not kfuncs
+    assert not funcs & {'kf_same_name', 'kf_nowhere'}              # a kfunc, but no FUNC
+    assert (('bpf_fastcall', 'kf_beta', -1) in tags) == marked
+    tagged = {name for _, name, _ in tags}
+    assert f'kfuncs: {len(kfuncs)} in .BTF_ids, {len(tagged)} tagged bpf_kfunc, ' \
+           f'{len(kfuncs) - len(tagged)} without a FUNC' in r.stderr
+    assert objbtf('check', out).returncode == 0
+    assert "DECL_TAG 'bpf_kfunc'" in run(need('bpftool'), 'btf', 'dump', 'file', out).stdout
+    verdict = kernel_loader(out.read_bytes())
+    assert verdict.ok, verdict.log[-2000:]
+    for off in ('-decl_tag_kfuncs', '-decl_tag'):         # pahole needs both
+        raw = tmp_path / f'{off}.btf'
+        r = objbtf('link', '--btf-features', f'default,{off}', '--output', raw, program)
+        untagged = parse_btf(raw.read_bytes())
+        assert not decl_tags(untagged) and '  kfuncs: ' not in r.stderr
+        assert kinds(untagged) + Counter({'DECL_TAG': len(tags)}) == kinds(btf)
+
+
+def test_cache_misses_when_a_kfunc_joins_a_set(tmp_path):
+    """kf_gamma added to a set changes no type, only .BTF_ids: the cache
+    must not replay the link from before."""
+    cache = tmp_path / 'link.cache'
+    before = kfunc_program(tmp_path / 'before', 'BTF_SET8_KFUNCS')
+    after = kfunc_program(tmp_path / 'after', 'BTF_SET8_KFUNCS', '-DGAMMA_IS_KFUNC')
+    with ElfFile.open(str(before)) as a, ElfFile.open(str(after)) as b:
+        for name in ('.BTF', '.BTF.objbtf'):
+            assert a.section_data(a.section_by_name(name)) == b.section_data(b.section_by_name(name))
+    link_with_cache(before, cache, tmp_path / 'a.btf')
+    out, replayed = link_with_cache(after, cache, tmp_path / 'b.btf')
+    assert not replayed
+    assert out == fresh_link(after, tmp_path / 'ref.btf')
+    assert ('bpf_kfunc', 'kf_gamma', -1) in decl_tags(parse_btf(out))
+    again, replayed = link_with_cache(after, cache, tmp_path / 'c.btf')
+    assert replayed and again == out

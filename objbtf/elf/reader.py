@@ -305,8 +305,17 @@ class ElfFile:
         symtab = self.symtab()
         return [] if symtab is None else self._read_symbols(symtab, stt)
 
-    def _read_symbols(self, symtab: Section, stt: int | None = None) -> list[Symbol]:
-        """The entries of ``symtab``; with ``stt``, only those of that type."""
+    def section_symbols(self, sec: Section) -> list[Symbol]:
+        """The symbols defined in ``sec``, without building the others."""
+        if self._symbols is not None:
+            return [s for s in self._symbols if s.shndx == sec.index]
+        symtab = self.symtab()
+        return [] if symtab is None else self._read_symbols(symtab, section=sec.index)
+
+    def _read_symbols(self, symtab: Section, stt: int | None = None,
+                      section: int | None = None) -> list[Symbol]:
+        """The entries of ``symtab``; with ``stt``, only those of that type;
+        with ``section``, only those defined in that section."""
         strs = self.section_data(self._linked(symtab, 'string table'))
         rows = self.layout.sym.iter_unpack(self._raw(symtab.offset, symtab.size))
         if self.elf_class == 64:
@@ -316,11 +325,14 @@ class ElfFile:
         syms = [Symbol(i, _cstr(strs, n, 'symbol') if n else '', v, sz, info & 0xf,
                        info >> 4, shndx)
                 for i, (n, v, sz, info, shndx) in enumerate(rows)
-                if stt is None or info & 0xf == stt]
+                if (stt is None or info & 0xf == stt)
+                and (section is None or shndx in (section, SHN_XINDEX))]
         if any(s.shndx == SHN_XINDEX for s in syms):
             xindex = self._extended_indices(symtab, self._symbol_count(symtab))
             syms = [s if s.shndx != SHN_XINDEX else s._replace(shndx=xindex[s.index])
                     for s in syms]
+            if section is not None:
+                syms = [s for s in syms if s.shndx == section]
         return syms
 
     def _extended_indices(self, symtab: Section, count: int) -> tuple[int, ...]:

@@ -1,0 +1,127 @@
+"""Pass 5, kfuncs: a ``bpf_kfunc`` DECL_TAG on the FUNC of every kfunc.
+
+This is pahole's ``decl_tag_kfuncs`` (1.27 on, in its default set).  A FUNC
+alone does not say whether BPF programs may call it; tools that read
+vmlinux's BTF (recent bpftool, writing kfunc prototypes into vmlinux.h)
+know a kfunc by this tag.
+
+Where the kernel lists its kfuncs: ``.BTF_ids`` of the linked vmlinux.
+``BTF_SET8_START(set)`` (``BTF_KFUNCS_START`` from 6.9 on) puts two labels,
+``set`` and ``__BTF_ID__set8__set``, on a ``struct btf_id_set8`` header
+(``u32 cnt; u32 flags``), and ``BTF_SET8_END`` sizes the second one over
+header and pairs; each ``BTF_ID_FLAGS(func, NAME, FLAGS)`` in between adds
+a local symbol ``__BTF_ID__func__NAME__<counter><line>`` on a pair
+``{u32 id; u32 flags}``.  Before resolve_btfids runs, ``cnt`` and the ids
+are 0, but the symbols, their sizes and the flag words are there.
+
+pahole's rules, followed here:
+
+- a kfunc set is a ``__BTF_ID__set8__*`` symbol of ``.BTF_ids`` whose
+  header's flags have ``BTF_SET8_KFUNCS`` (1 << 0, kernel 6.9 on); its
+  kfuncs are the ``__BTF_ID__func__*`` symbols inside the set's range;
+- the tag is ``DECL_TAG 'bpf_kfunc'``, component_idx -1, on the kfunc's
+  FUNC; a pair flag ``KF_FASTCALL`` (1 << 12, kernel 6.12) adds
+  ``DECL_TAG 'bpf_fastcall'`` (pahole 1.28 on);
+- a kfunc without a FUNC (the functions pass dropped it, or it is no
+  function of vmlinux) gets no tag (pahole 1.30 on; 1.27 to 1.29 failed).
+
+Where objbtf differs: before 6.9, ``BTF_SET8_START`` left the header's
+flags 0, so pahole tags nothing on such a kernel (the reference 6.1).  Yet
+every set8 there is a kfunc set: set8 came in 6.0 for kfunc flags, 6.1's
+ten are all registered with ``register_btf_kfunc_id_set``, and 6.9 marked
+every kfunc set and made an unmarked one an error to register.  So when no
+set8 of the file carries the flag, every set8 counts as a kfunc set, and
+its functions get ``bpf_kfunc`` only: bit 12 of the pair flags meant
+nothing before ``KF_FASTCALL``.  A file with a marked set is read as pahole
+reads it: an unmarked set8 there stays untagged.  A kfunc in several sets
+gets the flags of all its pairs (pahole takes the last pair's).
+"""
+from __future__ import annotations
+
+import struct
+
+from objbtf.btf.kinds import Kind
+from objbtf.btf.types import Btf, BtfType
+from objbtf.elf.errors import ElfError
+from objbtf.elf.reader import ElfFile, Section, Symbol
+
+BTF_IDS = '.BTF_ids'
+SET8_PREFIX = '__BTF_ID__set8__'
+FUNC_PREFIX = '__BTF_ID__func__'
+SET8_KFUNCS = 1 << 0
+KF_FASTCALL = 1 << 12
+KFUNC_TAG = 'bpf_kfunc'
+FASTCALL_TAG = 'bpf_fastcall'
+
+#: kfunc name -> the names of the DECL_TAGs its FUNC gets.
+Kfuncs = dict[str, tuple[str, ...]]
+
+
+class KfuncReport:
+    """What the pass did: the kfuncs it tagged and those without a FUNC."""
+
+    def __init__(self, tagged: list[str] | None = None, missing: list[str] | None = None):
+        self.tagged = tagged or []
+        self.missing = missing or []
+
+
+def find_kfuncs(elf: ElfFile) -> Kfuncs:
+    """The kfuncs ``elf``'s ``.BTF_ids`` lists; {} without that section."""
+    sec = elf.section_by_name(BTF_IDS)
+    if sec is None:
+        return {}
+    ids = _Words(elf, sec)
+    symbols = elf.section_symbols(sec)
+    sets = [(s, ids.flags(s)) for s in symbols if s.name.startswith(SET8_PREFIX)]
+    marked = any(flags & SET8_KFUNCS for _, flags in sets)
+    ranges = [(s.value, s.value + s.size) for s, flags in sets
+              if flags & SET8_KFUNCS or not marked]
+    flags_of: dict[str, int] = {}
+    for s in symbols:
+        name = func_name(s.name)
+        if name is not None and any(start <= s.value < end for start, end in ranges):
+            flags_of[name] = flags_of.get(name, 0) | ids.flags(s)
+    return {name: _tags(flags, marked) for name, flags in flags_of.items()}
+
+
+def func_name(symbol: str) -> str | None:
+    """NAME of a ``__BTF_ID__func__NAME__<digits>`` symbol, else None."""
+    if not symbol.startswith(FUNC_PREFIX):
+        return None
+    name, sep, suffix = symbol[len(FUNC_PREFIX):].rpartition('__')
+    return name if sep and name and suffix.isdigit() else None
+
+
+def _tags(flags: int, marked: bool) -> tuple[str, ...]:
+    if marked and flags & KF_FASTCALL:
+        return (KFUNC_TAG, FASTCALL_TAG)
+    return (KFUNC_TAG,)
+
+
+class _Words:
+    """The ``.BTF_ids`` section, read as the 8-byte records its symbols label."""
+
+    def __init__(self, elf: ElfFile, sec: Section):
+        self.sec = sec
+        self.data = elf.section_data(sec)
+        self.order = elf.layout.prefix
+
+    def flags(self, sym: Symbol) -> int:
+        """The second u32 of the record at ``sym``: a set8 header's or a pair's flags."""
+        at = sym.value - self.sec.addr
+        if at < 0 or at + 8 > len(self.data):
+            raise ElfError(f'{BTF_IDS}: symbol {sym.name} at {sym.value:#x} lies outside the '
+                           f'section ({self.sec.addr:#x}, {len(self.data)} bytes)')
+        return struct.unpack_from(self.order + 'I', self.data, at + 4)[0]
+
+
+def tag_kfuncs(btf: Btf, kfuncs: Kfuncs) -> KfuncReport:
+    """Add the DECL_TAGs of ``kfuncs`` to every FUNC of their names; the
+    functions pass has run, so a dropped function has no FUNC left to tag."""
+    funcs = [(type_id, t.name) for type_id, t in btf.own()
+             if t.kind is Kind.FUNC and t.name in kfuncs]
+    for type_id, name in funcs:
+        for tag in kfuncs[name]:
+            btf.add(BtfType(Kind.DECL_TAG, tag, type=type_id, component_idx=-1))
+    tagged = sorted({name for _, name in funcs})
+    return KfuncReport(tagged, sorted(set(kfuncs) - set(tagged)))
