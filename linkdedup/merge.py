@@ -136,7 +136,7 @@ def _parse_positions(parts: list[_Part], positions) -> dict[int, BtfType]:
         try:
             out[pos] = part.parse(pos & _LOCAL_MASK)
         except BtfError as err:
-            raise BtfError(f'BTF blob {part.blob.index + 1}: {err}') from None
+            raise BtfError(f'{part.blob.label}: {err}') from None
     return out
 
 

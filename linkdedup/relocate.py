@@ -66,7 +66,7 @@ def _from_relocations(elf: ElfFile, btf: Btf, blobs: list[Blob], btf_section: Se
             ds_id = locate(blob.order, local)
             ds = btf[ds_id]
             if hit is None:
-                raise BtfError(f"DATASEC '{ds.name}' entry {j} of BTF blob {blob.index + 1} "
+                raise BtfError(f"DATASEC '{ds.name}' entry {j} of {blob.label} "
                                'has no relocation in .rela.BTF')
             sym = symbols[hit[0]]
             if sym.shndx == 0 or sym.shndx >= SHN_LORESERVE:
