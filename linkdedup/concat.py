@@ -6,6 +6,7 @@ in between.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from hashlib import blake2b
 
 from objbtf.btf.errors import BtfError
@@ -16,20 +17,33 @@ from objbtf.btf.types import Btf, BtfType
 
 class Blob:
     """One object's BTF inside the concatenation."""
-    __slots__ = ('count', 'data', 'header', 'index', 'offset', 'order')
+    __slots__ = ('count', 'data', 'header', 'index', 'name', 'offset', 'order')
 
-    def __init__(self, index: int, offset: int, data: memoryview, header: tuple):
+    def __init__(self, index: int, offset: int, data: memoryview, header: tuple,
+                 name: str | None = None):
         self.index = index
         self.offset = offset      # where the blob starts in the section
         self.data = data
         self.header = header      # read_header()'s tuple
         self.order = index        # its place in the order the link merges blobs in
         self.count = 0
+        self.name = name          # the object's, from its .BTF.objbtf chunk
+
+    @property
+    def label(self) -> str:
+        """The blob in an error message: its object's name when known."""
+        return blob_label(self.index, self.offset, self.name)
 
 
-def split_blobs(section: bytes) -> list[Blob]:
+def blob_label(index: int, offset: int, name: str | None) -> str:
+    where = f'blob {index + 1} at offset {offset}'
+    return f'the BTF of {name} ({where})' if name else f'BTF {where}'
+
+
+def split_blobs(section: bytes, names: Sequence[str | None] = ()) -> list[Blob]:
     """The blobs of a concatenated .BTF section, in link order (views into
-    ``section``, not copies: a vmlinux has tens of megabytes of them)."""
+    ``section``, not copies: a vmlinux has tens of megabytes of them);
+    ``names[i]`` is the object of blob i, when known."""
     view = memoryview(section)
     blobs: list[Blob] = []
     pos = 0
@@ -38,13 +52,14 @@ def split_blobs(section: bytes) -> list[Blob]:
         if section[pos:pos + 4] == b'\0\0\0\0':
             pos += 4 - pos % 4 if pos % 4 else 4
             continue
+        name = names[len(blobs)] if len(blobs) < len(names) else None
         try:
             header = read_header(view[pos:])
         except BtfError as err:
-            raise BtfError(f'BTF blob {len(blobs) + 1} at offset {pos}: {err}') from None
+            raise BtfError(f'{blob_label(len(blobs), pos, name)}: {err}') from None
         _, hdr_len, type_off, type_len, str_off, str_len = header
         size = hdr_len + max(type_off + type_len, str_off + str_len)
-        blobs.append(Blob(len(blobs), pos, view[pos:pos + size], header))
+        blobs.append(Blob(len(blobs), pos, view[pos:pos + size], header, name))
         pos += size
         pos += -pos % 4
     return blobs

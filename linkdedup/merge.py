@@ -189,7 +189,7 @@ def _parse_positions(parts: list[_Part], positions: Iterable[int],
         try:
             out[pos] = part.parse(pos & _LOCAL_MASK)
         except BtfError as err:
-            raise BtfError(f'BTF blob {part.blob.index + 1}: {err}') from None
+            raise BtfError(f'{part.blob.label}: {err}') from None
     if part is not None:
         part.strings.release()
         release(part.blob)

@@ -21,6 +21,7 @@ from .emit import emit
 from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions
 from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, tag_kfuncs
 from .merge import merge_blobs
+from .objects import ObjectList, ObjectsError, refuse_foreign
 from .relocate import Field, entry_fields, place_variables
 from .split_vars import split_variables
 from .tombstone import Tombstones
@@ -43,6 +44,7 @@ class Summary:
         self.written = ''
         self.split = ''
         self.replayed = False
+        self.typeless = 0
 
     def cacheable(self) -> dict:
         """What a replay of this link reports again."""
@@ -64,7 +66,8 @@ class Summary:
     def lines(self) -> list[str]:
         f = self.functions
         how = ' (replayed from the cache)' if self.replayed else ''
-        out = [f'objbtf link: {self.objects} objects, {self.types_in} types in, '
+        typeless = f' (and {self.typeless} without types)' if self.typeless else ''
+        out = [f'objbtf link: {self.objects} objects{typeless}, {self.types_in} types in, '
                f'{self.merged} after merging by hash, {self.types_out} types out, '
                f'{self.variables} variables, '
                f'{self.seconds:.1f} s{how} -> {self.written}']
@@ -81,7 +84,7 @@ class Summary:
 
 
 class Progress:
-    """Step names on stderr while on a terminal, nothing otherwise."""
+    """Step names on stderr while on a terminal, nothing otherwise; and warnings."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -96,14 +99,21 @@ class Progress:
         if self.enabled:
             print('\r' + ' ' * 72 + '\r', end='', file=sys.stderr, flush=True)
 
+    def warn(self, message: str) -> None:
+        """A warning on a line of its own, whatever the progress line shows."""
+        self.done()
+        print(f'objbtf link: warning: {message}', file=sys.stderr, flush=True)
+
 
 def link(path: str, *, features: Features, base_path: str | None = None,
          output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
-         cache: str | None = None, progress: Progress | None = None) -> Summary:
+         cache: str | None = None, objects: ObjectList | None = None,
+         progress: Progress | None = None) -> Summary:
     """Turn the per-object BTF in ``path`` into its final BTF; with
     ``split_vars``, the non-percpu variables go there, as split BTF; with
     ``cache``, a link whose objects' types are those of the last one
-    replays it (``cache.py``)."""
+    replays it (``cache.py``); with ``objects``, every object it lists must
+    have BTF in ``path``."""
     progress = progress or Progress(False)
     summary = Summary()
     started = time.monotonic()
@@ -111,7 +121,8 @@ def link(path: str, *, features: Features, base_path: str | None = None,
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
     base = _load_base(base_path) if base_path else None
     with ElfFile.open(path) as elf:
-        inputs = read_inputs(elf, path, section)
+        inputs = read_inputs(elf, path, section, progress, objects)
+        summary.typeless = inputs.typeless
         symbols = FromSymbols(elf, features, module=base is not None)
         key = raw = None
         if cache is not None:
@@ -180,22 +191,32 @@ class Inputs:
     """What ld concatenated: the input section, and its blobs and their
     ``.BTF.objbtf`` chunks, in merge order."""
 
-    def __init__(self, section: Section, blobs: list[Blob], sidecars: list[Sidecar] | None):
+    def __init__(self, section: Section, blobs: list[Blob], sidecars: list[Sidecar] | None,
+                 typeless: int = 0):
         self.section = section
+        self.typeless = typeless      # objects that went through objbtf without types
         self.blobs = canonical_order(blobs, sidecars)
         self.sidecars = sidecars and [sidecars[b.index] for b in self.blobs]
 
 
-def read_inputs(elf: ElfFile, path: str, section: str, use_hashes: bool = True) -> Inputs:
-    """The blobs and chunks of ``section``; ``use_hashes=False`` leaves the
-    chunks out."""
+def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
+                objects: ObjectList | None = None, use_hashes: bool = True) -> Inputs:
+    """The blobs of ``section`` and their chunks, checked against each other
+    and against ``objects``; ``use_hashes=False`` leaves the chunks out."""
     sec = elf.section_by_name(section)
     if sec is None or sec.size == 0:
         raise LinkError(f'{path}: no {section} section: were the objects encoded '
                         '(objbtf encode) and linked with their .BTF?')
-    blobs = split_blobs(elf.section_view(sec))
+    chunks = _chunks(elf, path, objects, progress) if use_hashes else None
+    if chunks is None:
+        inputs = Inputs(sec, split_blobs(elf.section_view(sec)), None)
+    else:
+        sidecars = [c for c in chunks if c.has_btf]
+        blobs = split_blobs(elf.section_view(sec), [c.name for c in sidecars])
+        _check_pairs(path, blobs, sidecars)
+        inputs = Inputs(sec, blobs, sidecars, len(chunks) - len(sidecars))
     elf.release(sec)
-    return Inputs(sec, blobs, _sidecars(elf, path, blobs) if use_hashes else None)
+    return inputs
 
 
 class Prepared:
@@ -236,27 +257,50 @@ def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
 def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
     """The passes before dedup on every type as it is, without merging by
     hash: what libbpf's dedup would be given (the tests compare the two)."""
-    inputs = read_inputs(elf, path, '.BTF', use_hashes=False)
+    inputs = read_inputs(elf, path, '.BTF', Progress(False), use_hashes=False)
     symbols = FromSymbols(elf, features, module=False)
     return prepare(elf, inputs, None, features, symbols, Progress(False), Summary()).btf
 
 
-def _sidecars(elf: ElfFile, path: str, blobs: list) -> list[Sidecar] | None:
-    """The objects' .BTF.objbtf chunks, checked against their blobs; None (and
-    a slower link) when the file has none."""
+def _chunks(elf: ElfFile, path: str, objects: ObjectList | None,
+            progress: Progress) -> list[Sidecar] | None:
+    """Every object's .BTF.objbtf chunk, all of this objbtf's format and
+    hashing, and naming every object of ``objects``; None (and a slower
+    link) when the file has none."""
     sec = elf.section_by_name(SIDECAR)
     if sec is None:
-        print(f'objbtf link: {path}: no {SIDECAR} section, merging without hashes (slow)',
-              file=sys.stderr)
+        if objects is not None:
+            raise LinkError(f'{path}: no {SIDECAR} section, which names the objects: '
+                            f'cannot check them against {objects.path}')
+        progress.warn(f'{path}: no {SIDECAR} section, merging without hashes (slow)')
         return None
-    sidecars = split_sidecars(elf.section_view(sec), elf.byteorder)
+    if sec.size == 0:
+        raise LinkError(f'{path}: {SIDECAR} is empty: its BTF was linked already (the link '
+                        'empties it); link it again from its objects')
+    chunks = split_sidecars(elf.section_view(sec), elf.byteorder)
     elf.release(sec)
-    if len(sidecars) != len(blobs) or any(s.btf_size != len(b.data)
-                                          for s, b in zip(sidecars, blobs)):
+    try:
+        refuse_foreign(chunks)
+        warning = objects.check(chunks) if objects is not None else None
+    except ObjectsError as err:
+        raise LinkError(f'{path}: {err}') from None
+    if warning:
+        progress.warn(f'{path}: {warning}')
+    return chunks
+
+
+def _check_pairs(path: str, blobs: list[Blob], sidecars: list[Sidecar]) -> None:
+    """Chunk i (of those with types) describes blob i: ld put both in link order."""
+    for blob, chunk in zip(blobs, sidecars):
+        if chunk.btf_size != len(blob.data):
+            raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs: the chunk of '
+                            f'{chunk.name} is for {chunk.btf_size} bytes of BTF, '
+                            f'{blob.label} has {len(blob.data)}: was some object given .BTF '
+                            'by another tool?')
+    if len(sidecars) != len(blobs):
         raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs '
-                        f'({len(sidecars)} chunks for {len(blobs)} blobs): were some objects '
-                        'encoded by another tool or version?')
-    return sidecars
+                        f'({len(sidecars)} chunks with types for {len(blobs)} blobs): '
+                        'was some object given .BTF by another tool?')
 
 
 def _load_base(path: str) -> Btf:

@@ -65,7 +65,9 @@ def place_variables(elf: ElfFile, btf: Btf, btf_section: Section, fields: Fields
 
     def describe(k: int) -> str:
         ds_id, j = keys[k]
-        return f"variable '{btf[btf[ds_id].items[j].type].name}' of DATASEC '{btf[ds_id].name}'"
+        ds = btf[ds_id]
+        return (f"variable '{btf[ds.items[j].type].name}' of DATASEC '{ds.name}' in "
+                f'{blobs[fields[ds_id, j][0]].label}')
     offsets = section_offsets(list(fields.values()), blobs)
     return dict(zip(keys, place_fields(elf, btf_section, offsets, describe)))
 

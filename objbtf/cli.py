@@ -48,15 +48,17 @@ def main() -> None:
 @main.command()
 @click.argument('objects', nargs=-1, required=True, type=click.Path(dir_okay=False))
 @features_option
-@click.option('-q', '--quiet', is_flag=True, help='No notice for objects without DWARF.')
+@click.option('-q', '--quiet', is_flag=True, help='No notice for objects without DWARF types.')
 def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     """Encode each object's DWARF as BTF, written into the object.
 
     Adds (or replaces) a .BTF section and a .rela.BTF (.rel.BTF on REL
-    targets) that relocates every DATASEC entry to its variable's symbol.
-    An object without DWARF types (assembly, -g0) gets a notice and is
-    left alone.  A broken object gets a one-line error and stays untouched;
-    the exit status is then 1.
+    targets) that relocates every DATASEC entry to its variable's symbol,
+    and a .BTF.objbtf chunk with the object's name (the path as given) and
+    the hashes the link merges by.  An object without DWARF types
+    (assembly, -g0) gets a notice and only the chunk, no .BTF: the link
+    then knows the object was not left out.  A broken object gets a
+    one-line error and stays untouched; the exit status is then 1.
     """
     from .commands import run_encode
     sys.exit(run_encode(list(objects), features, quiet))
@@ -176,9 +178,23 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
                    'unchanged (an edit to function bodies) only places the variables '
                    'anew.  Same output either way.  For vmlinux, without --base or '
                    '--split-vars.')
+@click.option('--objects', 'objects_path', type=click.Path(exists=True, dir_okay=False),
+              metavar='LIST',
+              help='The objects that went into FILE: a thin archive (vmlinux.a) or a text '
+                   'file, one path per line (a module\'s .mod). A listed object without '
+                   'BTF in FILE (built without objbtf encode) is an error naming it. Paths '
+                   'are compared with the names the objects were encoded under: run the '
+                   'link where they were encoded (archive members are relative to the '
+                   'archive\'s directory, list lines to the current one).')
+@click.option('--allow-missing', is_flag=True,
+              help='With --objects: warn about listed objects without BTF, and link '
+                   'the others.')
+@click.option('-q', '--quiet', is_flag=True,
+              help='No summary and no progress; warnings and errors still go to stderr.')
 @features_option
 def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         split_vars: str | None, cache: str | None, features: Features) -> None:
+         split_vars: str | None, cache: str | None, objects_path: str | None,
+         allow_missing: bool, quiet: bool, features: Features) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
     \b
@@ -192,19 +208,37 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     prototypes differ between objects or that sit at several addresses),
     kfuncs (a bpf_kfunc DECL_TAG on each kfunc .BTF_ids lists; vmlinux
     only), dedup (libbpf's btf__dedup), emit.
+    \b
+    Every object must have been encoded by this objbtf (its .BTF.objbtf
+    format and hash scheme): others are named, to be rebuilt.  The link
+    only sees the objects that have BTF; --objects gives it the list of
+    all of them, so that one compiled without objbtf is not silently left
+    out.  A summary goes to stderr, unless --quiet (Kbuild: unless V=1).
+    With --cache, a relink after edits that changed no type (function
+    bodies) reuses the last link and only places the variables anew.
+    \b
+    Examples:
+      objbtf link --objects vmlinux.a --cache .btf.vmlinux.cache \\
+                  --output .btf.vmlinux.bin.o .tmp_vmlinux.btf
+      objbtf link --base vmlinux --objects drivers/net/veth.mod drivers/net/veth.ko
     """
+    from linkdedup.objects import ObjectList, ObjectsError
     from linkdedup.pipeline import LinkError, Progress, link as run_link
     from .btf.errors import BtfError
     from .elf.errors import ElfError
+    if allow_missing and objects_path is None:
+        raise click.UsageError('--allow-missing needs --objects LIST')
     try:
+        objects = ObjectList(objects_path, allow_missing) if objects_path else None
         summary = run_link(file, features=features, base_path=base_path, output=output,
                            section=input_section, split_vars=split_vars, cache=cache,
-                           progress=Progress(sys.stderr.isatty()))
-    except LinkError as err:
+                           objects=objects, progress=Progress(sys.stderr.isatty() and not quiet))
+    except (LinkError, ObjectsError) as err:
         raise click.ClickException(str(err)) from None
     except (BtfError, ElfError) as err:
         raise click.ClickException(f'{file}: {err}') from None
     except OSError as err:
         raise click.ClickException(f'{err.filename or file}: {err.strerror}') from None
-    for line in summary.lines():
-        click.echo(line, err=True)
+    if not quiet:
+        for line in summary.lines():
+            click.echo(line, err=True)

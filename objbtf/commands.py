@@ -24,7 +24,7 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
             failed = True
             continue
         if result is None and not quiet:
-            _say(f'{path}: no DWARF types, nothing to encode')
+            _say(f'{path}: no DWARF types: no .BTF, only a .BTF.objbtf chunk naming it')
     return 1 if failed else 0
 
 

@@ -6,7 +6,8 @@ from .dwarf.loader import LoadError
 from .dwarf.reader import DwarfError
 from .elf.errors import ElfError
 from .elf.reader import ElfFile
-from .encoder import EncodeError, Encoded, encode_elf, has_dwarf, write_sections
+from .encoder import (EncodeError, Encoded, encode_elf, has_dwarf, write_sections,
+                      write_typeless_chunk)
 from .features import Features
 
 
@@ -18,14 +19,15 @@ def encode_path(path: str, features: Features) -> Encoded | None:
     """Encode ``path`` in place; None if it has no DWARF types to encode.
 
     The kernel rejects BTF without types, so such an object (no DWARF, or
-    DWARF of assembly only) is left without the sections.
+    DWARF of assembly only) gets no .BTF, only the .BTF.objbtf chunk that
+    names it (see ``write_typeless_chunk``).  The chunk records ``path`` as
+    given: the link compares it with the objects a build lists.
     """
     try:
         with ElfFile.open(path) as elf:
-            if not has_dwarf(elf):
-                return None
-            enc = encode_elf(elf, features)
-            if not len(enc.btf):
+            enc = encode_elf(elf, features, path) if has_dwarf(elf) else None
+            if enc is None or not len(enc.btf):
+                write_typeless_chunk(path, elf, path)
                 return None
             write_sections(path, elf, enc)
             return enc

@@ -9,7 +9,7 @@ from collections import namedtuple
 
 from .btf.dedup import dedup
 from .btf.hashing import type_hashes
-from .btf.sidecar import SECTION as SIDECAR, encode_sidecar
+from .btf.sidecar import SECTION as SIDECAR, encode_sidecar, typeless_sidecar
 from .btf.kinds import Kind
 from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf
@@ -48,8 +48,9 @@ def has_dwarf(elf: ElfFile) -> bool:
     return sec is not None and sec.size > 0
 
 
-def encode_elf(elf: ElfFile, features: Features) -> Encoded:
-    """Encode the BTF of an object that has DWARF (see ``has_dwarf``)."""
+def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
+    """Encode the BTF of an object that has DWARF (see ``has_dwarf``);
+    ``name`` is the object's path as the build gave it, for the link."""
     secs = _debug_sections(elf)
     units = read_units(secs)
     all_dies: dict[int, Die] = {}
@@ -74,7 +75,7 @@ def encode_elf(elf: ElfFile, features: Features) -> Encoded:
     offsets: list[int] = []
     raw = encode_btf(out, offsets)
     hashes, flags = type_hashes(out)
-    sidecar = encode_sidecar(hashes, offsets, flags, len(raw), elf.byteorder)
+    sidecar = encode_sidecar(name, hashes, offsets, flags, len(raw), elf.byteorder)
     return Encoded(out, raw, sidecar, _datasec_relocs(out, placements, offsets, elf),
                    n_funcs, n_vars)
 
@@ -259,3 +260,11 @@ def write_sections(path: str, elf: ElfFile, enc: Encoded) -> None:
     rewrite_object(path, elf, [NewSection(BTF_SECTION, enc.raw, addralign=4),
                                NewSection(SIDECAR, enc.sidecar, addralign=8)],
                    {BTF_SECTION: enc.relocs})
+
+
+def write_typeless_chunk(path: str, elf: ElfFile, name: str) -> None:
+    """Mark an object without types as seen by objbtf: a ``.BTF.objbtf``
+    chunk with its name and no types, and no .BTF (the kernel rejects BTF
+    without types).  The link then knows the object lacks nothing."""
+    rewrite_object(path, elf, [NewSection(SIDECAR, typeless_sidecar(name, elf.byteorder),
+                                          addralign=8)])

@@ -37,9 +37,14 @@ def run(*cmd: str | os.PathLike, check: bool = True, **kw) -> subprocess.Complet
                           check=check, **kw)
 
 
-def objbtf(*args: str | os.PathLike, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the CLI as a user would, in a fresh process."""
-    return run(sys.executable, '-m', 'objbtf', *args, check=check)
+def objbtf(*args: str | os.PathLike, check: bool = True, cwd: os.PathLike | None = None
+           ) -> subprocess.CompletedProcess:
+    """Run the CLI as a user would, in a fresh process (in ``cwd`` if given)."""
+    env = None
+    if cwd is not None:      # the package from this checkout, wherever the command runs
+        env = {**os.environ, 'PYTHONPATH': os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get('PYTHONPATH')])])}
+    return run(sys.executable, '-m', 'objbtf', *args, check=check, cwd=cwd, env=env)
 
 
 def compile_c(compiler: str, src: Path, out: Path, *flags: str) -> Path:

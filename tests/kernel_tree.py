@@ -13,23 +13,28 @@ import shlex
 import shutil
 import subprocess
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 TMP_VMLINUX = '.tmp_vmlinux.objbtf'
+#: What the vmlinux link takes besides vmlinux.a's members.
+EXTRA_VMLINUX_OBJECTS = ('.vmlinux.export.o', 'init/version-timestamp.o')
 #: scripts/link-vmlinux.sh's vmlinux_link for this config (KBUILD_LDFLAGS,
 #: LDFLAGS_vmlinux, the linker script and the objects).
 VMLINUX_LINK = ('ld -m elf_x86_64 -z noexecstack --no-warn-rwx-segments '
                 '-z max-page-size=0x200000 --build-id=sha1 --orphan-handling=warn '
                 '--strip-debug --script=./arch/x86/kernel/vmlinux.lds -o {out} '
-                '--whole-archive {archive} .vmlinux.export.o init/version-timestamp.o '
+                '--whole-archive {archive} ' + ' '.join(EXTRA_VMLINUX_OBJECTS) + ' '
                 '--no-whole-archive --start-group --end-group')
 
 
-def _encode(path: str) -> str | None:
+def _encode(tree: str, path: str) -> None:
+    """Encode ``path`` from the top of ``tree``, as Kbuild does: each object's
+    chunk names it as vmlinux.a and the modules' .mod files do."""
     from objbtf.encode_file import encode_path
     from objbtf.features import Features
+    os.chdir(tree)
     encode_path(path, Features())
-    return None
 
 
 #: Host programs built along the kernel, never linked into it.
@@ -48,7 +53,8 @@ def encoded_tree(build: Path, dest: Path) -> Path:
     """``dest`` holding an encoded, relinked copy of ``build``."""
     shutil.copytree(build, dest, symlinks=True)
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(_encode, [str(p) for p in objects(dest)], chunksize=16))
+        paths = [str(p.relative_to(dest)) for p in objects(dest)]
+        list(pool.map(partial(_encode, str(dest)), paths, chunksize=16))
     link_vmlinux(dest, TMP_VMLINUX)
     for ko in dest.rglob('*.ko'):
         relink_module(dest, ko)

@@ -40,17 +40,33 @@ def test_cc_wrapper_passes_exit_status(tmp_path):
     assert r.returncode == 3
 
 
-def test_object_without_dwarf_gets_a_notice(tmp_path):
+def chunks(obj: Path):
+    from objbtf.btf.sidecar import SECTION, split_sidecars
+    with ElfFile.open(str(obj)) as elf:
+        return split_sidecars(elf.section_data(elf.section_by_name(SECTION)), elf.byteorder)
+
+
+def test_object_without_types_gets_a_notice_and_a_named_chunk(tmp_path):
+    """Assembly with DWARF (line info, no types) and C without DWARF: no
+    .BTF, which would have no types, but a chunk naming the object, so that
+    the link knows it went through objbtf."""
     asm = tmp_path / 'a.S'
     asm.write_text('.globl f\nf: ret\n')
     obj = tmp_path / 'a.o'
-    run('gcc', '-c', '-o', obj, asm)
-    before = obj.read_bytes()
+    run('gcc', '-g', '-c', '-o', obj, asm)
     r = objbtf('encode', obj)
     assert r.returncode == 0 and r.stderr.count('\n') == 1 and str(obj) in r.stderr
-    assert obj.read_bytes() == before
     nodebug = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'g0.o', '-g0')
-    assert objbtf('encode', nodebug).returncode == 0
+    r = objbtf('encode', '-q', nodebug)
+    assert r.returncode == 0 and r.stderr == ''
+    assert '.debug_info' in sections(obj) and '.debug_info' not in sections(nodebug)
+    for path in (obj, nodebug):
+        assert '.BTF' not in sections(path)
+        [chunk] = chunks(path)
+        assert chunk.name == str(path) and chunk.count == chunk.btf_size == 0 and chunk.usable
+    before = obj.read_bytes()
+    objbtf('encode', '-q', obj)
+    assert obj.read_bytes() == before
 
 
 def corrupt_variants(good: bytes, tmp_path: Path) -> dict[str, bytes]:
@@ -96,7 +112,18 @@ def test_malformed_objects_fail_cleanly(tmp_path):
 
 
 def test_help_teaches():
-    for cmd in ([], ['encode'], ['cc']):
+    for cmd in ([], ['encode'], ['cc'], ['link']):
         r = objbtf(*cmd, '--help')
         assert r.returncode == 0 and 'Usage' in r.stdout
     assert 'objbtf cc -- gcc' in objbtf('--help').stdout
+    link = objbtf('link', '--help').stdout
+    for option in ('--objects LIST', '--allow-missing', '--quiet', 'vmlinux.a', '.mod'):
+        assert option in link
+
+
+def test_link_option_mistakes_are_usage_errors(tmp_path):
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'k.o')
+    r = objbtf('link', '--allow-missing', obj, check=False)
+    assert r.returncode == 2 and '--allow-missing needs --objects' in r.stderr
+    r = objbtf('link', '--objects', tmp_path / 'nothing.a', obj, check=False)
+    assert r.returncode == 2 and 'nothing.a' in r.stderr

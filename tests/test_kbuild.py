@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -113,14 +114,16 @@ def objbtf_command() -> str:
     return path
 
 
-def make(src: Path, build: Path, *targets: str) -> None:
-    """make OBJBTF=... TARGETS in the O= tree; fails on a BTF-related warning."""
+def make(src: Path, build: Path, *targets: str) -> str:
+    """make OBJBTF=... TARGETS in the O= tree; fails on a BTF-related warning.
+    Returns what make wrote to stderr."""
     r = subprocess.run(['make', '-C', str(src), f'O={build}', f'-j{os.cpu_count() or 2}',
                         f'OBJBTF={objbtf_command()}', *targets],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     warnings = [line for line in r.stderr.splitlines() if 'warning' in line.lower() and 'BTF' in line]
     assert warnings == []
+    return r.stderr
 
 
 def sections(path: Path) -> dict[str, tuple[bytes, int]]:
@@ -154,7 +157,7 @@ def kbuild(tmp_path_factory):
     result = apply(src)
     assert result.returncode == 0, result.stderr
     run(INTEGRATION / 'configure', src, build)
-    make(src, build, 'vmlinux', 'modules')
+    (top / 'make.stderr').write_text(make(src, build, 'vmlinux', 'modules'))
     return src, build
 
 
@@ -173,6 +176,19 @@ def test_objects_carry_btf_and_other_elf_files_do_not(kbuild):
     assert '.BTF' in fork and '.rela.BTF' in fork
     # The vDSO image is an ELF file mapped into every process: no BTF there.
     assert '.BTF' not in sections(build / 'arch/x86/entry/vdso/vdso64.so')
+
+
+@pytest.mark.kernel
+def test_links_check_their_objects_and_are_quiet(kbuild, modules):
+    """vmlinux's and each module's objbtf link get the list of their objects
+    (vmlinux.a, the .mod file), and so fail on one built without objbtf;
+    they print no summary without V=1."""
+    src, build = kbuild
+    assert 'objbtf link' not in (build.parent / 'make.stderr').read_text()
+    assert '--objects vmlinux.a' in (src / 'scripts/link-vmlinux.sh').read_text()
+    for ko in modules:
+        saved = (ko.parent / f'.{ko.name}.cmd').read_text()
+        assert f'--objects {ko.relative_to(build).with_suffix(".mod")}' in saved
 
 
 @pytest.mark.kernel
@@ -256,7 +272,9 @@ def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
 
     fork_mtime = (build / 'kernel/fork.o').stat().st_mtime_ns
     (src / 'kernel/fork.c').touch()
-    make(src, build, 'vmlinux', 'modules')
+    verbose = make(src, build, 'V=1', 'vmlinux', 'modules')
+    # With V=1, each link says what it did: vmlinux's, then every module's.
+    assert len(re.findall(r'^objbtf link: \d+ objects', verbose, re.MULTILINE)) == 1 + len(modules)
     assert (build / 'kernel/fork.o').stat().st_mtime_ns > fork_mtime
     assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
     assert sections(build / 'vmlinux')['.BTF'][0] == clean

@@ -1,6 +1,7 @@
 """objbtf link on the reference kernel, against pahole, libbpf, bpftool and the kernel."""
 from __future__ import annotations
 
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import need, objbtf, run
-from kernel_tree import TMP_VMLINUX
+from kernel_tree import EXTRA_VMLINUX_OBJECTS, TMP_VMLINUX
+from linkdedup.archive import thin_member_paths
 from objbtf.btf import Kind, parse_btf
 from objbtf.elf.reader import ElfFile
 
@@ -148,12 +150,40 @@ def test_link_is_reproducible_whatever_the_object_order(encoded_kernel, linked, 
     assert (tmp_path / 'twice.btf').read_bytes() == out.read_bytes()
 
 
+def test_every_object_of_vmlinux_a_is_named(encoded_kernel, linked, tmp_path):
+    """--objects vmlinux.a, run from the top of the tree as Kbuild runs it:
+    every member has a chunk (those without types, assembly, one without
+    .BTF), and the BTF is the same as without the list."""
+    out = tmp_path / 'listed.btf'
+    r = objbtf('link', '--objects', 'vmlinux.a', '--output', out, TMP_VMLINUX,
+               cwd=encoded_kernel)
+    assert r.returncode == 0 and 'warning' not in r.stderr, r.stderr
+    assert out.read_bytes() == linked[0].read_bytes()
+    # Every input of the link has a chunk: the summary counts them, with and without types.
+    members = run('ar', 't', 'vmlinux.a', cwd=encoded_kernel).stdout.split()
+    assert thin_member_paths((encoded_kernel / 'vmlinux.a').read_bytes(), 'vmlinux.a') == \
+        [os.path.normpath(m) for m in members]
+    inputs = members + list(EXTRA_VMLINUX_OBJECTS)
+    typeless = [o for o in inputs if '.BTF' not in section_names(encoded_kernel / o)]
+    assert len(members) > 800 and typeless
+    assert f'{len(inputs) - len(typeless)} objects (and {len(typeless)} without types)' \
+        in linked[1]
+
+
+def section_names(path: Path) -> set[str]:
+    with ElfFile.open(str(path)) as elf:
+        return {s.name for s in elf.sections}
+
+
 def test_modules_get_split_btf(encoded_kernel, linked, tmp_path):
     base = linked[0]
     kos = sorted(encoded_kernel.rglob('*.ko'))
     assert len(kos) == 3
     for ko in kos:
-        objbtf('link', '--base', base, ko)
+        # Each module's .mod lists its objects (paths from the top of the tree).
+        r = objbtf('link', '--base', base, '--objects', ko.with_suffix('.mod'), ko,
+                   cwd=encoded_kernel)
+        assert r.returncode == 0 and 'warning' not in r.stderr, r.stderr
         assert objbtf('check', '--base', base, ko).returncode == 0
         dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', ko).stdout
         first_id = len(parse_btf(base.read_bytes())) + 1

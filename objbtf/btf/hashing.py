@@ -25,6 +25,12 @@ from hashlib import blake2b
 from .kinds import Kind
 from .types import Btf, BtfType
 
+#: The version of the hashing below, recorded in every object's
+#: ``.BTF.objbtf`` chunk.  Bump it with any change that can make
+#: ``type_hashes`` return other hashes or flags for the same BTF: the link
+#: refuses to merge hashes of different schemes, which would silently give
+#: other BTF, and asks for the stale objects to be rebuilt.
+HASH_SCHEME = 1
 UNMERGEABLE = 1
 _AGGREGATES = (Kind.STRUCT, Kind.UNION)
 _ENUMS = (Kind.ENUM, Kind.ENUM64)

@@ -1,87 +1,173 @@
 """The ``.BTF.objbtf`` section: what the link needs beside each object's .BTF.
 
-Layout (the target's byte order), one chunk per object; ld concatenates
-the chunks like the .BTF blobs, in the same order, each 8-aligned:
+One chunk per object, in the target's byte order; ld concatenates the chunks
+of all objects like the .BTF blobs, in the same order, each 8-aligned.
+Version 2:
 
-    char magic[4] = "OBTF"; u16 version = 1; u16 reserved = 0;
-    u32 count;            types described (ids 1..count of the blob)
-    u32 btf_size;         size of the .BTF blob described, a cross-check
-    u64 hash[count];      structural hash of each type (btf/hashing.py)
-    u32 offset[count];    byte offset of each type in the blob's type section
-    u8  flags[count];     bit 0: never merge before dedup
-    zero padding to a multiple of 8
+    0   char magic[4] = "OBTF"
+    4   u16  version = 2      the layout of the chunk (this docstring)
+    6   u16  hash_scheme      btf/hashing.py's HASH_SCHEME when the hashes were made
+    8   u32  size             of the whole chunk, padding included (a multiple of 8)
+    12  u32  name_len         bytes of the name, without padding
+    16  u32  count            types described (ids 1..count of the blob)
+    20  u32  btf_size         size of the .BTF blob described
+    24  char name[name_len]   the object: its path as given to `objbtf encode`
+                              (`objbtf cc`: the -o), zero-padded to a multiple of 8
+        u64  hash[count]      structural hash of each type (btf/hashing.py)
+        u32  offset[count]    byte offset of each type in the blob's type section
+        u8   flags[count]     bit 0: never merge before dedup
+        zero padding to a multiple of 8
+
+An object that objbtf encoded but that has no types (assembly, -g0) gets a
+chunk with count 0 and btf_size 0, and no .BTF blob: it tells the link that
+the object went through objbtf and has nothing to contribute.
+
+Later versions keep the 24-byte header and the name where they are, so that
+any objbtf can name, and step over, a chunk it cannot read.  Version 1 had a
+16-byte header (magic, version, u16 0, count, btf_size) and no name.
 """
 from __future__ import annotations
 
+import os
 import struct
+import sys
 from array import array
 
 from .errors import BtfError
+from .hashing import HASH_SCHEME
 
 SECTION = '.BTF.objbtf'
 MAGIC = b'OBTF'
-VERSION = 1
-_HEADER = 16
+VERSION = 2
+_HEADER = struct.Struct('4sHHIIII')         # magic .. btf_size, without the byte order
+_V1_HEADER = 16
 
 
 class Sidecar:
-    """One object's chunk: per-type hash, type-section offset and flags."""
-    __slots__ = ('hashes', 'offsets', 'flags', 'btf_size')
+    """One object's chunk.
 
-    def __init__(self, hashes: array, offsets: array, flags: bytes, btf_size: int):
-        self.hashes = hashes
-        self.offsets = offsets
-        self.flags = flags
+    ``hashes``, ``offsets`` and ``flags`` are read only from a chunk this
+    objbtf can use (``usable``); ``name`` is None for a version 1 chunk,
+    ``position`` is where the chunk starts in the section.
+    """
+    __slots__ = ('btf_size', 'count', 'flags', 'hashes', 'name', 'offsets', 'position',
+                 'scheme', 'version')
+
+    def __init__(self, name: str | None, version: int, scheme: int | None, position: int,
+                 count: int, btf_size: int, hashes: array | None = None,
+                 offsets: array | None = None, flags: bytes = b''):
+        self.name = name
+        self.version = version
+        self.scheme = scheme
+        self.position = position
+        self.count = count
         self.btf_size = btf_size
+        self.hashes = hashes if hashes is not None else array('Q')
+        self.offsets = offsets if offsets is not None else array('I')
+        self.flags = flags
+
+    @property
+    def usable(self) -> bool:
+        """Written in this format, with this hashing: its hashes can be merged."""
+        return self.version == VERSION and self.scheme == HASH_SCHEME
+
+    @property
+    def has_btf(self) -> bool:
+        """The object has a .BTF blob (it had types)."""
+        return self.btf_size > 0
 
 
-def encode_sidecar(hashes: list[int], offsets: list[int], flags: bytes, btf_size: int,
-                   byteorder: str) -> bytes:
-    """The chunk for one object; ``hashes`` and ``flags`` are indexed by type
-    id (index 0, void, is left out), ``offsets`` by id - 1."""
+def encode_sidecar(name: str, hashes: list[int], offsets: list[int], flags: bytes,
+                   btf_size: int, byteorder: str) -> bytes:
+    """The chunk for the object ``name``; ``hashes`` and ``flags`` are indexed
+    by type id (index 0, void, is left out), ``offsets`` by id - 1."""
     count = len(offsets)
     e = '<' if byteorder == 'little' else '>'
+    raw_name = os.fsencode(name)
     h = array('Q', hashes[1:])
     o = array('I', offsets)
-    if byteorder != _native():
+    if byteorder != sys.byteorder:
         h.byteswap()
         o.byteswap()
-    body = struct.pack(e + '4sHHII', MAGIC, VERSION, 0, count, btf_size) \
-        + h.tobytes() + o.tobytes() + bytes(flags[1:])
-    return body + bytes(-len(body) % 8)
+    tables = h.tobytes() + o.tobytes() + bytes(flags[1:])
+    size = _HEADER.size + _padded(len(raw_name)) + _padded(len(tables))
+    header = struct.pack(e + _HEADER.format, MAGIC, VERSION, HASH_SCHEME, size,
+                         len(raw_name), count, btf_size)
+    return (header + raw_name + bytes(-len(raw_name) % 8)
+            + tables + bytes(-len(tables) % 8))
+
+
+def typeless_sidecar(name: str, byteorder: str) -> bytes:
+    """The chunk of an object that went through objbtf without types."""
+    return encode_sidecar(name, [0], [], b'\0', 0, byteorder)
 
 
 def split_sidecars(data: bytes, byteorder: str) -> list[Sidecar]:
-    """The chunks of a concatenated .BTF.objbtf section, in link order."""
+    """Every chunk of a concatenated .BTF.objbtf section, in link order,
+    whatever its version (see ``Sidecar.usable``)."""
     e = '<' if byteorder == 'little' else '>'
-    out = []
+    out: list[Sidecar] = []
     pos = 0
     view = memoryview(data)
-    while pos + _HEADER <= len(data):
+    while pos + 8 <= len(data):
         if data[pos:pos + 4] != MAGIC:
             if not any(data[pos:pos + 8]):
                 pos += 8
                 continue
-            raise BtfError(f'{SECTION}: no chunk at offset {pos}')
-        _, version, _, count, btf_size = struct.unpack_from(e + '4sHHII', data, pos)
-        if version != VERSION:
-            raise BtfError(f'{SECTION}: chunk at offset {pos} has version {version}')
-        start = pos + _HEADER
-        end = start + 13 * count
-        if end > len(data):
-            raise BtfError(f'{SECTION}: chunk at offset {pos} is truncated')
-        h = array('Q')
-        h.frombytes(view[start:start + 8 * count])
-        o = array('I')
-        o.frombytes(view[start + 8 * count:start + 12 * count])
-        if byteorder != _native():
-            h.byteswap()
-            o.byteswap()
-        out.append(Sidecar(h, o, bytes(view[start + 12 * count:end]), btf_size))
-        pos = end + (-end % 8)
+            raise BtfError(f'{SECTION}: no chunk at offset {pos}{_after(out)}')
+        version = struct.unpack_from(e + 'H', data, pos + 4)[0]
+        if version == 1:
+            chunk, end = _read_v1(view, pos, e)
+        else:
+            chunk, end = _read_chunk(view, pos, e, version, out)
+        out.append(chunk)
+        pos = end
     return out
 
 
-def _native() -> str:
-    import sys
-    return sys.byteorder
+def _read_v1(view: memoryview, pos: int, e: str) -> tuple[Sidecar, int]:
+    """A version 1 chunk, enough to say what it is and step over it."""
+    if pos + _V1_HEADER > len(view):
+        raise BtfError(f'{SECTION}: chunk at offset {pos} is truncated')
+    count, btf_size = struct.unpack_from(e + 'II', view, pos + 8)
+    end = pos + _V1_HEADER + 13 * count
+    return Sidecar(None, 1, None, pos, count, btf_size), end + (-end % 8)
+
+
+def _read_chunk(view: memoryview, pos: int, e: str, version: int,
+                before: list[Sidecar]) -> tuple[Sidecar, int]:
+    """A chunk of version 2 or later; its tables only when it is usable."""
+    if pos + _HEADER.size > len(view):
+        raise BtfError(f'{SECTION}: chunk at offset {pos} is truncated{_after(before)}')
+    _, _, scheme, size, name_len, count, btf_size = struct.unpack_from(e + _HEADER.format,
+                                                                       view, pos)
+    start = pos + _HEADER.size
+    tables = start + _padded(name_len)
+    if size % 8 or tables > pos + size or pos + size > len(view):
+        raise BtfError(f'{SECTION}: chunk at offset {pos} has a bad size ({size}){_after(before)}')
+    name = os.fsdecode(bytes(view[start:start + name_len]))
+    chunk = Sidecar(name, version, scheme, pos, count, btf_size)
+    if not chunk.usable:
+        return chunk, pos + size
+    if pos + size != tables + _padded(13 * count) or (count == 0) != (btf_size == 0):
+        raise BtfError(f'{SECTION}: the chunk of {name} at offset {pos} is inconsistent '
+                       f'({count} types, {btf_size} bytes of BTF, chunk size {size})')
+    chunk.hashes = array('Q')
+    chunk.hashes.frombytes(view[tables:tables + 8 * count])
+    chunk.offsets = array('I')
+    chunk.offsets.frombytes(view[tables + 8 * count:tables + 12 * count])
+    if (e == '<') != (sys.byteorder == 'little'):
+        chunk.hashes.byteswap()
+        chunk.offsets.byteswap()
+    chunk.flags = bytes(view[tables + 12 * count:tables + 13 * count])
+    return chunk, pos + size
+
+
+def _after(before: list[Sidecar]) -> str:
+    """Where a broken chunk is, by the object before it."""
+    named = [c.name for c in before if c.name]
+    return f' (after the chunk of {named[-1]})' if named else ''
+
+
+def _padded(n: int) -> int:
+    return n + (-n % 8)
