@@ -80,6 +80,9 @@ def main() -> int:
     build = Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True, capture_output=True,
                                 text=True).stdout.strip())
     objbtf = [sys.executable, '-m', 'objbtf']
+    # Byte-compiled, as an installed objbtf is (pip compiles what it installs).
+    subprocess.run([sys.executable, '-m', 'compileall', '-q', str(HERE.parent / 'objbtf'),
+                    str(HERE.parent / 'linkdedup')], check=True)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         print('preparing an encoded copy of the kernel tree...', file=sys.stderr)

@@ -167,10 +167,13 @@ def _first_occurrences(parts: list[_Part]) -> dict[int, int]:
         if sc is None:
             continue
         low = part.order << _LOCAL_BITS
-        selector = sc.flags.translate(_MERGEABLE)
-        hashes = list(compress(sc.hashes, selector))
-        positions = list(compress(range(low + 1, low + 1 + part.count), selector))
-        first.update(zip(reversed(hashes), reversed(positions)))
+        positions = range(low + part.count, low, -1)
+        if any(sc.flags):
+            selector = sc.flags[::-1].translate(_MERGEABLE)
+            first.update(zip(compress(reversed(sc.hashes), selector),
+                             compress(positions, selector)))
+        else:
+            first.update(zip(reversed(sc.hashes), positions))
     return first
 
 
