@@ -42,11 +42,12 @@ from operator import itemgetter, ne
 
 from .errors import BtfError
 from .kinds import Kind
-from .types import VOID, Btf, BtfType, Head, gc_paused, head
+from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
 _IN_PROGRESS = -2
 _IDENTICAL_DEPTH = 16
+_new = tuple.__new__
 
 _STRUCT, _UNION, _FWD, _TYPEDEF = Kind.STRUCT, Kind.UNION, Kind.FWD, Kind.TYPEDEF
 #: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
@@ -115,23 +116,6 @@ def _children(t: BtfType) -> tuple[int, ...]:
     if k in _PRIMITIVE:
         return ()
     raise BtfError(f'a struct or union graph reaches a {k.name}')
-
-
-def _ref_key(t: BtfType, ref: Resolve) -> Key:
-    """Table key of a reference type: header and canonical targets; ``ref``
-    gives those, called in libbpf's order (element before index)."""
-    k = t.kind
-    if k in _CHAIN:
-        return (k, t.name, t.kflag, t.linkage, ref(t.type))
-    if k is _ARRAY:
-        elem = ref(t.type)
-        return (k, t.name, t.kflag, t.nelems, elem, ref(t.index_type))
-    if k is _FUNC_PROTO:
-        ret = ref(t.type)
-        return (k, t.name, t.kflag, ret, tuple([(p.name, ref(p.type)) for p in t.items]))
-    if k is _DECL_TAG:
-        return (k, t.name, t.kflag, t.component_idx, ref(t.type))
-    raise BtfError(f'cannot deduplicate a type of kind {k.name}')
 
 
 def _identity(type_id: int) -> int:
@@ -345,6 +329,7 @@ class _Dedup:
                                          for i, t in own_ids]
         self.hypot: dict[int, int] = {}
         self.adjust_canon = False
+        self.enums: dict[Key, list] = {}
         self.sids = [-1] * n
         self.children: list[tuple[int, ...] | None] = [None] * n
         if btf.base is None:
@@ -397,7 +382,31 @@ class _Dedup:
             return (_ENUM, self.type(i).name)
         if k in self.shaped:
             return self.sid(i)
-        return _ref_key(self.type(i), ref)
+        return self._ref_key(self.type(i), ref)
+
+    def _ref_key(self, t: BtfType, ref: Resolve) -> Key:
+        """Table key of a reference type: header and canonical targets.
+        ``ref`` gives those that are not canonical themselves, called in
+        libbpf's order (element before index)."""
+        m = self.map
+        k = t.kind
+        if k in _CHAIN:
+            x = t.type
+            return (k, t.name, t.kflag, t.linkage, x if m[x] == x else ref(x))
+        if k is _FUNC_PROTO:
+            x = t.type
+            ret = x if m[x] == x else ref(x)
+            return (k, t.name, t.kflag, ret,
+                    tuple([(n, x if m[x] == x else ref(x)) for n, x in t.items]))
+        if k is _ARRAY:
+            x = t.type
+            elem = x if m[x] == x else ref(x)
+            x = t.index_type
+            return (k, t.name, t.kflag, t.nelems, elem, x if m[x] == x else ref(x))
+        if k is _DECL_TAG:
+            x = t.type
+            return (k, t.name, t.kflag, t.component_idx, x if m[x] == x else ref(x))
+        raise BtfError(f'cannot deduplicate a type of kind {k.name}')
 
     def _base_key(self, i: int) -> Key:
         """Table key of base type ``i``: its targets are canonical already."""
@@ -455,14 +464,30 @@ class _Dedup:
         key = (_ENUM, t.name)
         sid = self.sid
         s = sid(i)
+        shapes, forwards = seen = self._enum_candidates(key)
         new_id = i
-        for c in self.table.get(key):
-            if sid(c) == s or not t.items:
-                new_id = c
-                break
-            if not self.type(c).items:
-                self.map[c] = i      # a canonical enum forward goes to t
+        if forwards or not t.items or s in shapes:        # else none can match
+            for c in self.table.get(key):
+                if sid(c) == s or not t.items:
+                    new_id = c
+                    break
+                if not self.type(c).items:
+                    self.map[c] = i      # a canonical enum forward goes to t
         self._set_canonical(key, i, new_id)
+        if new_id == i:
+            shapes.add(s)
+            seen[1] = forwards or not t.items
+
+    def _enum_candidates(self, key: Key) -> list:
+        """[shape ids, whether one is a forward] of the candidates of an enum
+        key: anonymous enums all share one, and most look for nothing in it."""
+        seen = self.enums.get(key)
+        if seen is None:
+            candidates = self.table.get(key)
+            seen = self.enums[key] = [{self.sid(c) for c in candidates},
+                                      any(not self.type(c).items for c in candidates)]
+        return seen
+
     def struct_types(self) -> None:
         kinds = self.kinds
         walked = _COMPOSITE if self.legacy else _COMPOSITE | {_TYPEDEF}
@@ -649,7 +674,7 @@ class _Dedup:
         if j == _IN_PROGRESS:
             raise BtfError(f'type {i} refers to itself without a struct or union')
         m[i] = _IN_PROGRESS
-        new_id = m[i] = self.table.first_or_add(_ref_key(self.types[i], self._ref_type), i)
+        new_id = m[i] = self.table.first_or_add(self._ref_key(self.types[i], self._ref_type), i)
         return new_id
 
     def compact(self) -> Btf:
@@ -668,9 +693,16 @@ class _Dedup:
         if -1 in final:
             raise BtfError('a type resolves to a type that has no canonical copy')
         types, remap = self.types, final.__getitem__
+        params: dict[Param, Param] = {}     # the kernel's prototypes share many
         out = [VOID]
         for i in kept:
-            c = types[i].copy()
-            c.remap(remap)
+            t = types[i]
+            c = t.copy()
+            if t.kind is _FUNC_PROTO:
+                c.type = final[t.type]
+                c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
+                                 for p in t.items])
+            else:
+                c.remap(remap)
             out.append(c)
         return Btf(types=out, base=self.btf.base, byteorder=self.btf.byteorder)

@@ -126,7 +126,10 @@ class TypeParser:
         return _BODIES[kind_no](self, kind, name, info >> 31, vlen, st, pos + 12, end), end
 
     # One per kind: (kind, name, kflag, vlen, header word, where the extra
-    # data starts and ends) -> the type.
+    # data starts and ends) -> the type.  They give BtfType its fields by
+    # position (kind, name, size, type, kflag, encoding, bit_offset, bits,
+    # index_type, nelems, linkage, component_idx, items): keywords cost a
+    # third more per type.
 
     def _sized(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
                end: int) -> BtfType:
@@ -138,7 +141,7 @@ class TypeParser:
 
     def _func(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
               end: int) -> BtfType:
-        return BtfType(kind, name, 0, st + self.shift if st else 0, kflag, linkage=vlen)
+        return BtfType(kind, name, 0, st + self.shift if st else 0, kflag, 0, 0, 0, 0, 0, vlen)
 
     def _int(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
              end: int) -> BtfType:
@@ -149,8 +152,8 @@ class TypeParser:
                end: int) -> BtfType:
         shift = self.shift
         at, ai, nelems = self._head(self.tdata, pos)
-        return BtfType(kind, name, 0, at + shift if at else 0, kflag,
-                       index_type=ai + shift if ai else 0, nelems=nelems)
+        return BtfType(kind, name, 0, at + shift if at else 0, kflag, 0, 0, 0,
+                       ai + shift if ai else 0, nelems)
 
     def _struct(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
                 end: int) -> BtfType:
@@ -162,7 +165,7 @@ class TypeParser:
         else:
             items = [_new(Member, (names[mn], mt + shift if mt else 0, mo, 0))
                      for mn, mt, mo in raw]
-        return BtfType(kind, name, st, 0, kflag, items=tuple(items))
+        return BtfType(kind, name, st, 0, kflag, 0, 0, 0, 0, 0, 0, -1, tuple(items))
 
     def _enum(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
               end: int) -> BtfType:
@@ -173,7 +176,7 @@ class TypeParser:
                      for en, ev in raw]
         else:
             items = [_new(Enumerator, (names[en], ev)) for en, ev in raw]
-        return BtfType(kind, name, st, 0, kflag, items=tuple(items))
+        return BtfType(kind, name, st, 0, kflag, 0, 0, 0, 0, 0, 0, -1, tuple(items))
 
     def _enum64(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
                 end: int) -> BtfType:
@@ -184,32 +187,32 @@ class TypeParser:
             if kflag and ev >= 1 << 63:
                 ev -= 1 << 64
             items.append(_new(Enumerator, (names[en], ev)))
-        return BtfType(kind, name, st, 0, kflag, items=tuple(items))
+        return BtfType(kind, name, st, 0, kflag, 0, 0, 0, 0, 0, 0, -1, tuple(items))
 
     def _func_proto(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
                     end: int) -> BtfType:
         names, shift = self.name, self.shift
         items = tuple([_new(Param, (names[pn], pt + shift if pt else 0))
                        for pn, pt in self._pairs(self.tdata[pos:end])])
-        return BtfType(kind, name, 0, st + shift if st else 0, kflag, items=items)
+        return BtfType(kind, name, 0, st + shift if st else 0, kflag, 0, 0, 0, 0, 0, 0, -1, items)
 
     def _var(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
              end: int) -> BtfType:
         (linkage,) = self._u32(self.tdata, pos)
-        return BtfType(kind, name, 0, st + self.shift if st else 0, kflag, linkage=linkage)
+        return BtfType(kind, name, 0, st + self.shift if st else 0, kflag, 0, 0, 0, 0, 0, linkage)
 
     def _datasec(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
                  end: int) -> BtfType:
         shift = self.shift
         items = tuple([_new(VarSecinfo, (vt + shift if vt else 0, vo, vs))
                        for vt, vo, vs in self._triples(self.tdata[pos:end])])
-        return BtfType(kind, name, st, 0, kflag, items=items)
+        return BtfType(kind, name, st, 0, kflag, 0, 0, 0, 0, 0, 0, -1, items)
 
     def _decl_tag(self, kind: Kind, name: str, kflag: int, vlen: int, st: int, pos: int,
                   end: int) -> BtfType:
         (component_idx,) = self._i32(self.tdata, pos)
-        return BtfType(kind, name, 0, st + self.shift if st else 0, kflag,
-                       component_idx=component_idx)
+        return BtfType(kind, name, 0, st + self.shift if st else 0, kflag, 0, 0, 0, 0, 0, 0,
+                       component_idx)
 
 
 def _body_table() -> list:

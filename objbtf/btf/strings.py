@@ -19,20 +19,19 @@ class StringTable(dict):
         super().__init__()
         self._base = base
         self._base_len = base.end if base is not None else 0
-        self._parts: list[bytes] = []
+        self._parts: list[str] = []
         self._size = 0
         if not self._base_len:
             self[''] = 0
-            self._parts.append(b'\0')
+            self._parts.append('')
             self._size = 1
 
     def __missing__(self, s: str) -> int:
         off = self._base.find(s) if self._base is not None else None
         if off is None:
-            data = s.encode() + b'\0'
             off = self._base_len + self._size
-            self._parts.append(data)
-            self._size += len(data)
+            self._parts.append(s)
+            self._size += (len(s) if s.isascii() else len(s.encode())) + 1
         self[s] = off
         return off
 
@@ -40,7 +39,7 @@ class StringTable(dict):
 
     def data(self) -> bytes:
         """The section's own bytes (without the base's)."""
-        return b''.join(self._parts)
+        return ''.join([s + '\0' for s in self._parts]).encode()
 
 
 class StringReader(dict):

@@ -13,8 +13,9 @@ from .types import Btf, BtfType
 
 #: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
 #: compares with these.
-_ARRAY, _DATASEC, _DECL_TAG, _ENUM, _ENUM64, _FUNC_PROTO, _INT, _STRUCT, _UNION, _VAR = (
-    Kind.ARRAY, Kind.DATASEC, Kind.DECL_TAG, Kind.ENUM, Kind.ENUM64, Kind.FUNC_PROTO, Kind.INT, Kind.STRUCT, Kind.UNION, Kind.VAR)
+_ARRAY, _DATASEC, _DECL_TAG, _ENUM, _ENUM64, _FUNC, _FUNC_PROTO, _INT, _STRUCT, _UNION, _VAR = (
+    Kind.ARRAY, Kind.DATASEC, Kind.DECL_TAG, Kind.ENUM, Kind.ENUM64, Kind.FUNC, Kind.FUNC_PROTO,
+    Kind.INT, Kind.STRUCT, Kind.UNION, Kind.VAR)
 #: Appends what follows a type's common header, as 32-bit words.
 Extra = Callable[[list, BtfType, StringTable], None]
 
@@ -38,10 +39,21 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None) -> bytes:
     else:
         strings = StringTable()
     words: list[int] = []
-    for type_id, t in btf.own():
+    own = btf.types if btf.base is not None else btf.types[1:]
+    for i, t in enumerate(own):
         if offsets is not None:
             offsets.append(len(words) << 2)
-        _encode_type(words, t, strings, type_id)
+        k = t.kind
+        vlen = t.linkage if k is _FUNC else len(t.items)
+        if vlen > 0xffff:
+            raise BtfError(f'type {btf.start_id + i} ({k.name} {t.name!r}) has {vlen} entries, '
+                           'more than BTF can hold')
+        # ARRAY keeps its types in struct btf_array; its header word must be 0.
+        words += (strings[t.name], (t.kflag & 1) << 31 | (k & 0x1f) << 24 | (vlen & 0xffff),
+                  t.size if k in SIZED_KINDS else 0 if k is _ARRAY else t.type)
+        extra = _EXTRA.get(k)
+        if extra is not None:
+            extra(words, t, strings)
     try:
         section = array(_U32, words)
     except (OverflowError, TypeError) as err:
@@ -53,20 +65,6 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None) -> bytes:
     header = struct.pack(e + 'HBBIIIII', BTF_MAGIC, 1, 0, BTF_HEADER_LEN,
                          0, len(types), len(types), len(sdata))
     return header + types + sdata
-
-
-def _encode_type(words: list[int], t: BtfType, name: StringTable, type_id: int) -> None:
-    k = t.kind
-    vlen = t.vlen
-    if vlen > 0xffff:
-        raise BtfError(f'type {type_id} ({k.name} {t.name!r}) has {vlen} entries, '
-                       'more than BTF can hold')
-    # ARRAY keeps its types in struct btf_array; its header word must be 0.
-    st = t.size if k in SIZED_KINDS else 0 if k is _ARRAY else t.type
-    words += (name[t.name], (t.kflag & 1) << 31 | (k & 0x1f) << 24 | (vlen & 0xffff), st)
-    extra = _EXTRA.get(k)
-    if extra is not None:
-        extra(words, t, name)
 
 
 def _int(words: list[int], t: BtfType, name: StringTable) -> None:
