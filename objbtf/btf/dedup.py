@@ -41,7 +41,7 @@ from itertools import compress
 from operator import itemgetter, ne
 
 from .errors import BtfError
-from .kinds import Kind
+from .kinds import REF_KINDS, Kind
 from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
@@ -71,12 +71,9 @@ Resolve = Callable[[int], int]
 def dedup(btf: Btf, *, libbpf_1_1: bool = False) -> Btf:
     """A new, deduplicated copy of ``btf`` (split BTF stays on its base)."""
     with gc_paused():
-        d = _Dedup(btf, libbpf_1_1)
-        d.prim_types()
-        d.struct_types()
-        d.resolve_fwds()
-        d.ref_types()
-        return d.compact()
+        # The passes' state is freed before the collector comes back: it
+        # would walk all of it once.
+        return _Dedup(btf, libbpf_1_1).run()
 
 
 def _shape(t: BtfType) -> tuple:
@@ -447,6 +444,13 @@ class _Dedup:
 
     # -- passes -----------------------------------------------------------
 
+    def run(self) -> Btf:
+        self.prim_types()
+        self.struct_types()
+        self.resolve_fwds()
+        self.ref_types()
+        return self.compact()
+
     def prim_types(self) -> None:
         kinds, sid, table = self.kinds, self.sid, self.table
         for i in range(self.start, len(kinds)):
@@ -698,7 +702,10 @@ class _Dedup:
         for i in kept:
             t = types[i]
             c = t.copy()
-            if t.kind is _FUNC_PROTO:
+            k = t.kind
+            if k in REF_KINDS:
+                c.type = final[t.type]
+            elif k is _FUNC_PROTO:
                 c.type = final[t.type]
                 c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
                                  for p in t.items])

@@ -105,15 +105,15 @@ class TypeParser:
             raise BtfError(f'type {type_id} truncated at byte {pos}')
         name_off, info, st = self._head(tdata, pos)
         kind_no = (info >> 24) & 0x1f
-        kind = _KINDS[kind_no]
-        if kind is None:
+        spec = _SPECS[kind_no]
+        if spec is None:
             raise BtfError(f'type {type_id} has unknown kind {kind_no}')
+        kind, fixed, per, body = spec
         try:
             name = self.name[name_off]
         except ValueError as err:
             raise BtfError(f'type {type_id}: {err}') from None
         vlen = info & 0xffff
-        fixed, per = _LAYOUT[kind]
         end = pos + 12 + fixed + per * vlen
         if end > n:
             raise BtfError(f'type {type_id} ({kind.name}) truncated')
@@ -123,7 +123,7 @@ class TypeParser:
             (v,) = self._u32(tdata, pos + 12)
             if v & 0xf000ff00:
                 raise BtfError(f'type {type_id} (INT): reserved bits set in 0x{v:08x}')
-        return _BODIES[kind_no](self, kind, name, info >> 31, vlen, st, pos + 12, end), end
+        return body(self, kind, name, info >> 31, vlen, st, pos + 12, end), end
 
     # One per kind: (kind, name, kflag, vlen, header word, where the extra
     # data starts and ends) -> the type.  They give BtfType its fields by
@@ -215,14 +215,17 @@ class TypeParser:
                        component_idx)
 
 
-def _body_table() -> list:
-    """``TypeParser``'s method for each kind number (None: no such kind)."""
+def _parse_specs() -> list:
+    """Per kind number, what ``TypeParser.parse`` needs (None: no such
+    kind): the kind, its extra bytes fixed and per vlen entry, and the
+    method that builds it."""
     p = TypeParser
     bodies = {Kind.INT: p._int, Kind.ARRAY: p._array, Kind.STRUCT: p._struct,
               Kind.UNION: p._struct, Kind.ENUM: p._enum, Kind.ENUM64: p._enum64,
               Kind.FUNC_PROTO: p._func_proto, Kind.VAR: p._var, Kind.DATASEC: p._datasec,
               Kind.DECL_TAG: p._decl_tag, Kind.FUNC: p._func}
-    return [None if k is None else bodies.get(k, p._sized if k in _SIZED else p._one_ref)
+    return [None if k is None else
+            (k, *_LAYOUT[k], bodies.get(k, p._sized if k in _SIZED else p._one_ref))
             for k in _KINDS]
 
 
@@ -286,7 +289,9 @@ class _Section:
             if kind is _ARRAY:
                 st, detail = words[w + 3], words[w + 5]
             elif kind is _FUNC_PROTO:
-                detail = tuple([t + shift if t and shift else t for t in words[w + 4:end:2]])
+                detail = tuple(words[w + 4:end:2])
+                if shift:
+                    detail = tuple([t + shift if t else 0 for t in detail])
             else:
                 detail = 0
             add_offset(w << 2)
@@ -320,5 +325,5 @@ def _scan_layout(kind: Kind | None) -> tuple | None:
 
 
 _SCAN = [_scan_layout(k) for k in _KINDS]
-_BODIES = _body_table()
+_SPECS = _parse_specs()
 _U32 = next(code for code in 'IL' if array(code).itemsize == 4)

@@ -11,6 +11,7 @@ import gc
 from collections import namedtuple
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import count
 from typing import Protocol
 
 from .kinds import SIZED_KINDS, Kind
@@ -203,7 +204,7 @@ class Btf:
     by id, and all of them at the first use of ``types``.  A module's link
     only meets a few of vmlinux's types.
     """
-    __slots__ = ('_types', 'base', 'byteorder', 'strings', '_source')
+    __slots__ = ('_source', '_types', 'base', 'byteorder', 'strings')
 
     def __init__(self, types: list[BtfType] | None = None, base: Btf | None = None,
                  byteorder: str = 'little', strings: StringReader | None = None):
@@ -281,10 +282,7 @@ class Btf:
 
     def own(self) -> Iterator[tuple[int, BtfType]]:
         """(id, type) for the types this table holds, void excluded."""
-        start = self.start_id
-        offset = 0 if self.base is not None else 1
-        for i, t in enumerate(self.types[offset:]):
-            yield start + i, t
+        return zip(count(self.start_id), self.types[0 if self.base is not None else 1:])
 
     def __len__(self) -> int:
         """Number of types this table holds, void excluded."""
