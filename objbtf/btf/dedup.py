@@ -449,7 +449,11 @@ class _Dedup:
         self.struct_types()
         self.resolve_fwds()
         self.ref_types()
-        return self.compact()
+        out = self.compact()
+        # A split table's lookups refer back to this object: without that
+        # cycle, refcounting frees all of the state at once.
+        del self.table
+        return out
 
     def prim_types(self) -> None:
         kinds, sid, table = self.kinds, self.sid, self.table
