@@ -161,8 +161,8 @@ class _Candidates:
         return entry[1]
 
     def first_or_add(self, key: Key, type_id: int) -> int:
-        """``first(key)``, or ``type_id`` after adding it when the key has
-        no candidate (one dict lookup for what most types need)."""
+        """The first candidate of ``key``, or ``type_id`` once added when
+        there is none (one dict lookup for what most types need)."""
         entry = self._entries.setdefault(key, type_id)
         if entry.__class__ is not int:
             return self.get(key)[0]
@@ -205,9 +205,10 @@ class _BaseCandidates(_Candidates):
 
     The base types are grouped by a coarse key that their heads give
     (``_COARSE_OF_HEAD``) and that the table key of any type equal to them
-    gives too (``_Dedup._coarse_of_key``).  A group goes into the table when a key
-    of it is first looked up: its types are parsed then, and each key's ids
-    put in the order the adds and growths before would have left them.
+    gives too (``_Dedup._coarse_of_key``).  A group goes into the table when
+    a key of it is first looked up: its types are parsed then, and each
+    key's ids put in the order the adds and growths before would have left
+    them.
     """
 
     def __init__(self, heads: list[Head], key_of: Resolve,
@@ -326,7 +327,7 @@ class _Dedup:
                                          for i, t in own_ids]
         self.hypot: dict[int, int] = {}
         self.adjust_canon = False
-        self.enums: dict[Key, list] = {}
+        self.enums: dict[Key, list] = {}          # see _enum_candidates
         self.sids = [-1] * n
         self.children: list[tuple[int, ...] | None] = [None] * n
         if btf.base is None:

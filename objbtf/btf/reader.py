@@ -81,7 +81,7 @@ def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0) -> Btf:
     parser = TypeParser(data[body + type_off: body + type_off + type_len], e, strings, shift)
     first_id = base.next_id if base is not None else 1
     with gc_paused():
-        section = _Section(parser, first_id, order)
+        section = _Section(parser, first_id, order, void=base is None)
     return Btf.lazy(len(section.offsets), section, base, order, strings)
 
 
@@ -242,16 +242,17 @@ class _Section:
     head.  The scan checks all that parsing checks, so parsing a type later
     cannot fail."""
 
-    def __init__(self, parser: TypeParser, first_id: int, order: str):
+    def __init__(self, parser: TypeParser, first_id: int, order: str, void: bool):
         self.parser = parser
         self.first_id = first_id
+        self.void = int(void)           # whether its table's types start with void
         self.offsets: list[int] = []
         self._heads: list[Head] = []
         self._scan(order)
 
     def parse(self, index: int) -> BtfType:
-        """The type at ``index`` of its table's ``types`` (void first in a base)."""
-        i = index - (self.first_id == 1)
+        """The type at ``index`` of its table's ``types``."""
+        i = index - self.void
         return self.parser.parse(self.offsets[i], self.first_id + i)[0]
 
     def heads(self) -> list[Head]:
@@ -304,9 +305,9 @@ class _Section:
 
 _KINDS = [Kind(i) if i in Kind._value2member_map_ else None for i in range(32)]
 _SIZED = frozenset({Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC,
-                    _FLOAT, _ENUM64})
+                    Kind.FLOAT, Kind.ENUM64})
 _VLEN_KINDS = frozenset({Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.ENUM64,
-                         _FUNC_PROTO, _DATASEC, _FUNC})
+                         Kind.FUNC_PROTO, Kind.DATASEC, Kind.FUNC})
 #: Per kind: bytes after the common header, and more bytes per vlen entry.
 _LAYOUT = {k: (extra_len(k, 0), extra_len(k, 1) - extra_len(k, 0)) for k in Kind}
 

@@ -35,8 +35,6 @@ class StringTable(dict):
         self[s] = off
         return off
 
-    add = dict.__getitem__
-
     def data(self) -> bytes:
         """The section's own bytes (without the base's)."""
         return ''.join([s + '\0' for s in self._parts]).encode()
