@@ -21,7 +21,7 @@ from libbpf_oracle import (LIBBPF, assert_same_btf, diff_btf, isomorphism_proble
                            libbpf_dedup)
 from objbtf.btf import (Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinfo,
                         encode_btf, parse_btf)
-from objbtf.btf.dedup import dedup
+from objbtf.btf.dedup import _COARSE_OF_HEAD, _Candidates, _Dedup, _growth_points, dedup
 from pahole_compare import pahole_btf
 
 HERE = FIXTURES / 'dedup'
@@ -454,6 +454,45 @@ def test_compiled_units_split(tmp_path):
     base_raw = encode_btf(dedup(concat(units[:len(UNITS)])))
     ours = check(concat(units[len(UNITS):], parse_btf(base_raw)), base_raw)
     assert len(ours) < sum(len(u) for u in units[len(UNITS):]) // 3
+
+
+def test_split_on_undeduplicated_base(tmp_path):
+    """A base that holds every type many times over: libbpf's table lists
+    them per key in an order its growths keep reversing, and the split
+    types must meet the same one first."""
+    units = pahole_units(tmp_path, UNITS)
+    base_raw = encode_btf(concat(units))
+    for split_units in (units[:1], units[3:7]):
+        check(concat(split_units, parse_btf(base_raw)), base_raw)
+
+
+@pytest.mark.parametrize('legacy', [False, True])
+def test_base_groups_agree_with_keys(tmp_path, legacy):
+    """A base type's group, from its head alone, is the group its table key
+    names: else a split type could miss it."""
+    units = pahole_units(tmp_path, UNITS)
+    base = parse_btf(encode_btf(concat(units)))
+    d = _Dedup(Btf(base=base), legacy)
+    heads = d.heads
+    kinds = set()
+    for i in range(1, base.next_id):
+        group = _COARSE_OF_HEAD[heads[i][0]]
+        if group is not None:
+            assert group(heads[i]) == d._coarse_of_key(d._base_key(i)), base[i]
+            kinds.add(heads[i][0].name)
+    assert len(kinds) >= 14, kinds
+
+
+def test_table_growth_points():
+    """The growths ``_BaseCandidates`` assumes are those ``_Candidates`` makes."""
+    table = _Candidates()
+    seen = []
+    for n in range(1, 5000):
+        grows = table._grows
+        table.add(n % 7, n)
+        if table._grows != grows:
+            seen.append(n)
+    assert _growth_points(4999) == seen
 
 
 # -- the reference kernel -------------------------------------------------------

@@ -18,6 +18,13 @@ of libbpf's numeric hash, but visited in the order libbpf's hashmap visits
 them (newest first, reversed at each growth of the table): when several
 candidates match, the same one wins, and type ids come out as libbpf's.
 
+Split BTF (a module on vmlinux): libbpf puts every base type in its table
+first.  Here the base's types are only indexed by what their headers say
+(``Btf.heads``, no parsing), and go into the table a group at a time, when
+a lookup first needs that group, in the order libbpf's table would hold
+them; a module's dedup then reads a few hundred of vmlinux's types, not
+tens of thousands.
+
 ``libbpf_1_1=True`` reproduces libbpf 1.1 (Debian 12; pahole 1.24 uses it)
 rather than upstream libbpf: TYPEDEFs are deduplicated with the reference
 types, and when one graph walk meets a canonical type twice, the two
@@ -28,28 +35,34 @@ btf_array(t1)``); here the two arrays' element types are compared.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from itertools import compress
+from operator import itemgetter, ne
 
 from .errors import BtfError
-from .kinds import Kind
-from .types import VOID, Btf, BtfType, Param
+from .kinds import REF_KINDS, Kind
+from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
 _IN_PROGRESS = -2
 _IDENTICAL_DEPTH = 16
+_new = tuple.__new__
 
 _STRUCT, _UNION, _FWD, _TYPEDEF = Kind.STRUCT, Kind.UNION, Kind.FWD, Kind.TYPEDEF
-_ENUMS = (Kind.ENUM, Kind.ENUM64)
-_COMPOSITE = (_STRUCT, _UNION)
-_NEVER_DEDUPED = (Kind.VAR, Kind.DATASEC)
+#: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
+#: compares with these.
+_ARRAY, _DECL_TAG, _ENUM, _FLOAT, _FUNC_PROTO, _INT, _UNKN = (
+    Kind.ARRAY, Kind.DECL_TAG, Kind.ENUM, Kind.FLOAT, Kind.FUNC_PROTO, Kind.INT, Kind.UNKN)
+_ENUMS = frozenset({Kind.ENUM, Kind.ENUM64})
+_COMPOSITE = frozenset({_STRUCT, _UNION})
+_NEVER_DEDUPED = frozenset({Kind.VAR, Kind.DATASEC})
 #: Kinds whose graph walk follows ``type`` once the headers agree.
 _CHAIN = frozenset({Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.PTR,
                     Kind.TYPEDEF, Kind.FUNC, Kind.TYPE_TAG})
 _PRIMITIVE = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})
 #: Kinds a structural comparison descends into.
 _GRAPH = frozenset({Kind.STRUCT, Kind.UNION, Kind.ARRAY, Kind.FUNC_PROTO})
-#: Where an entry of a STRUCT, UNION or DATASEC holds its type id.
-_ENTRY_TYPE = {Kind.STRUCT: 1, Kind.UNION: 1, Kind.DATASEC: 0}
 
 Key = object
 Resolve = Callable[[int], int]
@@ -57,13 +70,10 @@ Resolve = Callable[[int], int]
 
 def dedup(btf: Btf, *, libbpf_1_1: bool = False) -> Btf:
     """A new, deduplicated copy of ``btf`` (split BTF stays on its base)."""
-    d = _Dedup(btf, libbpf_1_1)
-    d.prep_base()
-    d.prim_types()
-    d.struct_types()
-    d.resolve_fwds()
-    d.ref_types()
-    return d.compact()
+    with gc_paused():
+        # The passes' state is freed before the collector comes back: it
+        # would walk all of it once.
+        return _Dedup(btf, libbpf_1_1).run()
 
 
 def _shape(t: BtfType) -> tuple:
@@ -74,13 +84,13 @@ def _shape(t: BtfType) -> tuple:
                 tuple([(m.name, m.bit_offset, m.bitfield_size) for m in t.items]))
     if k in _CHAIN:
         return (k, t.name, t.kflag, t.linkage)
-    if k is Kind.ARRAY:
+    if k is _ARRAY:
         return (k, t.name, t.kflag, t.nelems)
-    if k is Kind.FUNC_PROTO:
+    if k is _FUNC_PROTO:
         return (k, t.name, t.kflag, tuple([p.name for p in t.items]))
-    if k is Kind.INT:
+    if k is _INT:
         return (k, t.name, t.kflag, t.size, t.encoding, t.bit_offset, t.bits)
-    if k is Kind.FLOAT:
+    if k is _FLOAT:
         return (k, t.name, t.kflag, t.size)
     if k is _FWD:
         return (k, t.name, t.kflag, t.type)
@@ -94,32 +104,15 @@ def _children(t: BtfType) -> tuple[int, ...]:
     k = t.kind
     if k in _CHAIN:
         return (t.type,)
-    if k is Kind.ARRAY:
+    if k is _ARRAY:
         return (t.index_type, t.type)
     if k in _COMPOSITE:
         return tuple([m.type for m in t.items])
-    if k is Kind.FUNC_PROTO:
+    if k is _FUNC_PROTO:
         return (t.type, *[p.type for p in t.items])
     if k in _PRIMITIVE:
         return ()
     raise BtfError(f'a struct or union graph reaches a {k.name}')
-
-
-def _ref_key(t: BtfType, ref: Resolve) -> Key:
-    """Table key of a reference type: header and canonical targets; ``ref``
-    gives those, called in libbpf's order (element before index)."""
-    k = t.kind
-    if k in _CHAIN:
-        return (k, t.name, t.kflag, t.linkage, ref(t.type))
-    if k is Kind.ARRAY:
-        elem = ref(t.type)
-        return (k, t.name, t.kflag, t.nelems, elem, ref(t.index_type))
-    if k is Kind.FUNC_PROTO:
-        ret = ref(t.type)
-        return (k, t.name, t.kflag, ret, tuple([(p.name, ref(p.type)) for p in t.items]))
-    if k is Kind.DECL_TAG:
-        return (k, t.name, t.kflag, t.component_idx, ref(t.type))
-    raise BtfError(f'cannot deduplicate a type of kind {k.name}')
 
 
 def _identity(type_id: int) -> int:
@@ -135,48 +128,176 @@ def _fwd_kind(t: BtfType) -> Kind:
     return _UNION if t.kflag else _STRUCT
 
 
-def _all_types(btf: Btf) -> list[BtfType]:
-    """Every type by id: those of the bases, void first, then btf's own."""
-    if btf.base is None:
-        return list(btf.types)
-    return _all_types(btf.base) + list(btf.types)
+def _all_heads(btf: Btf) -> list[Head]:
+    """The head of every type by id: those of the bases, void first, then btf's own."""
+    below = _all_heads(btf.base) if btf.base is not None else [head(VOID)]
+    return below + btf.heads()
 
+
+# -- the candidate table ----------------------------------------------------------
 
 class _Candidates:
     """libbpf's dedup table: canonical ids per key, in the order its hashmap
     yields them.  The hashmap pushes an entry at the head of its bucket and
     rehashes by walking each bucket, which reverses the entries of one key
-    whenever it grows; each list here remembers how many growths it saw."""
+    whenever it grows; each list here remembers how many growths it saw.
+    A key with one id (most of them) holds just that id."""
 
     def __init__(self) -> None:
-        self._lists: dict[Key, list] = {}
+        self._entries: dict[Key, int | list] = {}
         self._size = 0
         self._cap = 0
         self._grows = 0
 
-    def get(self, key: Key) -> list[int]:
-        entry = self._lists.get(key)
+    def get(self, key: Key) -> list[int] | tuple[int, ...]:
+        entry = self._entries.get(key)
         if entry is None:
-            return []
+            return ()
+        if entry.__class__ is int:
+            return (entry,)
         if (self._grows - entry[0]) & 1:
             entry[1].reverse()
         entry[0] = self._grows
         return entry[1]
 
-    def first(self, key: Key) -> int | None:
-        ids = self.get(key)
-        return ids[0] if ids else None
+    def first_or_add(self, key: Key, type_id: int) -> int:
+        """The first candidate of ``key``, or ``type_id`` once added when
+        there is none (one dict lookup for what most types need)."""
+        entry = self._entries.setdefault(key, type_id)
+        if entry.__class__ is not int:
+            return self.get(key)[0]
+        if entry == type_id:
+            self._count_add()
+        return entry
 
     def add(self, key: Key, type_id: int) -> None:
+        self._count_add()
+        entry = self._entries.get(key)
+        if entry is None:
+            self._entries[key] = type_id
+        elif entry.__class__ is int:
+            self._entries[key] = [self._grows, [type_id, entry]]
+        else:
+            self.get(key).insert(0, type_id)
+
+    def _count_add(self) -> None:
         if (self._size + 1) * 4 // 3 > self._cap:
             self._cap = max(4, self._cap * 2)
             self._grows += 1
         self._size += 1
-        if key in self._lists:
-            self.get(key).insert(0, type_id)
-        else:
-            self._lists[key] = [self._grows, [type_id]]
 
+
+def _growth_points(adds: int) -> list[int]:
+    """The adds (counted from 1) at which ``_Candidates`` grows, up to ``adds``."""
+    points: list[int] = []
+    cap = n = 0
+    while True:
+        n = max(n + 1, -(-3 * (cap + 1) // 4))      # the first n with n * 4 // 3 > cap
+        if n > adds:
+            return points
+        points.append(n)
+        cap = max(4, cap * 2)
+
+
+class _BaseCandidates(_Candidates):
+    """The table of a split dedup, as if every base type (but VARs and
+    DATASECs) had been added first, in id order, as libbpf does.
+
+    The base types are grouped by a coarse key that their heads give
+    (``_COARSE_OF_HEAD``) and that the table key of any type equal to them
+    gives too (``_Dedup._coarse_of_key``).  A group goes into the table when
+    a key of it is first looked up: its types are parsed then, and each
+    key's ids put in the order the adds and growths before would have left
+    them.
+    """
+
+    def __init__(self, heads: list[Head], key_of: Resolve,
+                 coarse_of_key: Callable[[Key], object]) -> None:
+        super().__init__()
+        self._key_of = key_of
+        self._coarse_of_key = coarse_of_key
+        # A group is its first id, and a list of all of them when it has more.
+        self._firsts: dict[object, int] = {}
+        self._more: dict[object, list[int]] = {}
+        self._skipped: list[int] = []
+        firsts, more, getters = self._firsts, self._more, _COARSE_OF_HEAD
+        for i in range(1, len(heads)):
+            h = heads[i]
+            coarse = getters[h[0]]
+            if coarse is None:
+                self._skipped.append(i)
+                continue
+            coarse = coarse(h)
+            first = firsts.setdefault(coarse, i)
+            if first != i:
+                more.setdefault(coarse, [first]).append(i)
+        self._size = len(heads) - 1 - len(self._skipped)
+        self._points = _growth_points(self._size)
+        self._grows = len(self._points)
+        self._cap = 4 << (self._grows - 1) if self._grows else 0
+
+    def get(self, key: Key) -> list[int] | tuple[int, ...]:
+        self._load(key)
+        return super().get(key)
+
+    def first_or_add(self, key: Key, type_id: int) -> int:
+        self._load(key)
+        return super().first_or_add(key, type_id)
+
+    def add(self, key: Key, type_id: int) -> None:
+        self._load(key)
+        super().add(key, type_id)
+
+    def _load(self, key: Key) -> None:
+        coarse = self._coarse_of_key(key)
+        first = self._firsts.pop(coarse, None)
+        if first is not None:
+            self._load_group(self._more.pop(coarse, None) or [first])
+
+    def _load_group(self, ids: list[int]) -> None:
+        by_key: dict[Key, list[int]] = {}
+        for i in ids:
+            by_key.setdefault(self._key_of(i), []).append(i)
+        for key, same in by_key.items():
+            if len(same) == 1:
+                self._entries[key] = same[0]
+                continue
+            order: list[int] = []
+            stamp = 0
+            for i in same:
+                grows = bisect_right(self._points, i - bisect_left(self._skipped, i))
+                if (grows - stamp) & 1:
+                    order.reverse()
+                stamp = grows
+                order.insert(0, i)
+            self._entries[key] = [stamp, order]
+
+
+def _coarse_getters() -> list[Callable[[Head], object] | None]:
+    """Per kind number, what groups a base type for ``_BaseCandidates``
+    (None: never in the table): an enum's name alone (all its key has; ENUM
+    and ENUM64 match each other); kind and name, and the size and member
+    count of what has a size, the targets of a reference, an array's
+    element count.  Head fields: kind, name, size or type, vlen, detail."""
+    getters: list[Callable[[Head], object] | None] = [None] * (max(Kind) + 1)
+    for k in Kind:
+        if k in _ENUMS:
+            getters[k] = itemgetter(1)
+        elif k is _FWD or k is _TYPEDEF:
+            getters[k] = itemgetter(0, 1)
+        elif k in _COMPOSITE:
+            getters[k] = itemgetter(0, 1, 2, 3)
+        elif k is _ARRAY or k is _FUNC_PROTO:
+            getters[k] = itemgetter(0, 1, 2, 4)
+        elif k not in _NEVER_DEDUPED and k is not _UNKN:
+            getters[k] = itemgetter(0, 1, 2)
+    return getters
+
+
+_COARSE_OF_HEAD = _coarse_getters()
+
+
+# -- the passes -------------------------------------------------------------------
 
 class _Dedup:
     """State shared by the passes.  ``map`` sends each id towards its
@@ -186,20 +307,43 @@ class _Dedup:
     def __init__(self, btf: Btf, libbpf_1_1: bool) -> None:
         self.btf = btf
         self.legacy = libbpf_1_1
-        self.start = btf.start_id
-        self.types = _all_types(btf)
-        self.kinds = [t.kind for t in self.types]
-        self.map = [i if k in _NEVER_DEDUPED else _UNPROCESSED
-                    for i, k in enumerate(self.kinds)]
-        self.map[0] = 0
-        self.table = _Candidates()
+        self.start = start = btf.start_id
+        own = btf.types
+        #: Kinds whose table key is their shape.
+        self.shaped = _PRIMITIVE | _COMPOSITE | (set() if libbpf_1_1 else {_TYPEDEF})
+        self.shape_ids: dict[tuple, int] = {}
+        self.shapes: list[tuple] = []
+        if btf.base is None:
+            self.types: list[BtfType | None] = own
+            self.heads: list[Head] = []
+            self.kinds = [t.kind for t in own]
+        else:
+            self.types = [None] * start + own
+            self.heads = _all_heads(btf.base)
+            self.kinds = [h[0] for h in self.heads] + [t.kind for t in own]
+        n = len(self.types)
+        own_ids = enumerate(own if btf.base is not None else own[1:], start)
+        self.map = list(range(start)) + [i if t.kind in _NEVER_DEDUPED else _UNPROCESSED
+                                         for i, t in own_ids]
         self.hypot: dict[int, int] = {}
         self.adjust_canon = False
-        self.shape_ids: dict[tuple, int] = {}
-        self.sids = [-1] * len(self.types)
-        self.children: list[tuple[int, ...] | None] = [None] * len(self.types)
+        self.enums: dict[Key, list] = {}          # see _enum_candidates
+        self.sids = [-1] * n
+        self.children: list[tuple[int, ...] | None] = [None] * n
+        if btf.base is None:
+            self.table = _Candidates()
+        else:
+            self._check_base_kinds()
+            self.table = _BaseCandidates(self.heads, self._base_key, self._coarse_of_key)
 
     # -- helpers ----------------------------------------------------------
+
+    def type(self, i: int) -> BtfType:
+        """Type ``i``; a base type is fetched (parsed) on first use."""
+        t = self.types[i]
+        if t is None:
+            t = self.types[i] = self.btf[i]
+        return t
 
     def resolve(self, i: int) -> int:
         """Follow ``map`` to the current canonical id (or an unmapped id)."""
@@ -214,14 +358,18 @@ class _Dedup:
         """Shape id: equal for types of equal ``_shape``."""
         s = self.sids[i]
         if s < 0:
-            s = self.sids[i] = self.shape_ids.setdefault(
-                _shape(self.types[i]), len(self.shape_ids))
+            shape = _shape(self.type(i))
+            s = self.shape_ids.get(shape)
+            if s is None:
+                s = self.shape_ids[shape] = len(self.shapes)
+                self.shapes.append(shape)
+            self.sids[i] = s
         return s
 
     def kids(self, i: int) -> tuple[int, ...]:
         c = self.children[i]
         if c is None:
-            c = self.children[i] = _children(self.types[i])
+            c = self.children[i] = _children(self.type(i))
         return c
 
     def key(self, i: int, ref: Resolve) -> Key:
@@ -229,10 +377,66 @@ class _Dedup:
         enum (forwards match full enums), else header and targets."""
         k = self.kinds[i]
         if k in _ENUMS:
-            return (Kind.ENUM, self.types[i].name)
-        if k in _COMPOSITE or k in _PRIMITIVE or (k is _TYPEDEF and not self.legacy):
+            return (_ENUM, self.type(i).name)
+        if k in self.shaped:
             return self.sid(i)
-        return _ref_key(self.types[i], ref)
+        return self._ref_key(self.type(i), ref)
+
+    def _ref_key(self, t: BtfType, ref: Resolve) -> Key:
+        """Table key of a reference type: header and canonical targets.
+        ``ref`` gives those that are not canonical themselves, called in
+        libbpf's order (element before index)."""
+        m = self.map
+        k = t.kind
+        if k in _CHAIN:
+            x = t.type
+            return (k, t.name, t.kflag, t.linkage, x if m[x] == x else ref(x))
+        if k is _FUNC_PROTO:
+            x = t.type
+            ret = x if m[x] == x else ref(x)
+            return (k, t.name, t.kflag, ret,
+                    tuple([(n, x if m[x] == x else ref(x)) for n, x in t.items]))
+        if k is _ARRAY:
+            x = t.type
+            elem = x if m[x] == x else ref(x)
+            x = t.index_type
+            return (k, t.name, t.kflag, t.nelems, elem, x if m[x] == x else ref(x))
+        if k is _DECL_TAG:
+            x = t.type
+            return (k, t.name, t.kflag, t.component_idx, x if m[x] == x else ref(x))
+        raise BtfError(f'cannot deduplicate a type of kind {k.name}')
+
+    def _base_key(self, i: int) -> Key:
+        """Table key of base type ``i``: its targets are canonical already."""
+        return self.key(i, _identity)
+
+    def _coarse_of_key(self, key: Key) -> object:
+        """How ``_COARSE_OF_HEAD`` groups the base types of table key ``key``."""
+        if key.__class__ is int:
+            shape = self.shapes[key]
+            k = shape[0]
+            if k is _FWD or k is _TYPEDEF:
+                return (k, shape[1])
+            if k in _COMPOSITE:
+                return (k, shape[1], shape[3], len(shape[4]))
+            return (k, shape[1], shape[3])          # INT, FLOAT: the size
+        k = key[0]
+        if k is _ENUM:
+            return key[1]
+        if k is _TYPEDEF:
+            return key[:2]
+        if k is _ARRAY:
+            return (k, key[1], key[4], key[3])
+        if k is _FUNC_PROTO:
+            return (k, key[1], key[3], tuple([p[1] for p in key[4]]))
+        return (k, key[1], key[-1])
+
+    def _check_base_kinds(self) -> None:
+        """libbpf refuses a base type it cannot hash (kind 0, but void); the
+        base's keys are only computed when needed, so look for one now."""
+        base_kinds = self.kinds[:self.start]
+        if _UNKN in base_kinds[1:]:
+            self._base_key(base_kinds.index(_UNKN, 1))        # raises
 
     def _set_canonical(self, key: Key, type_id: int, new_id: int) -> None:
         self.map[type_id] = new_id
@@ -241,42 +445,61 @@ class _Dedup:
 
     # -- passes -----------------------------------------------------------
 
-    def prep_base(self) -> None:
-        """Base types are canonical as they are and serve as candidates."""
-        for i in range(1, self.start):
-            self.map[i] = i
-            if self.kinds[i] not in _NEVER_DEDUPED:
-                self.table.add(self.key(i, _identity), i)
+    def run(self) -> Btf:
+        self.prim_types()
+        self.struct_types()
+        self.resolve_fwds()
+        self.ref_types()
+        out = self.compact()
+        # A split table's lookups refer back to this object: without that
+        # cycle, refcounting frees all of the state at once.
+        del self.table
+        return out
 
     def prim_types(self) -> None:
-        kinds = self.kinds
+        kinds, sid, table = self.kinds, self.sid, self.table
         for i in range(self.start, len(kinds)):
             k = kinds[i]
             if k in _ENUMS:
                 self._prim_enum(i)
             elif k in _PRIMITIVE:
-                key = self.sid(i)
-                found = self.table.first(key)
-                self._set_canonical(key, i, i if found is None else found)
+                self.map[i] = table.first_or_add(sid(i), i)
 
     def _prim_enum(self, i: int) -> None:
+        """An enum goes to the first candidate of its name that has its
+        shape or, being a forward, to the first one of its name; a full enum
+        takes over the canonical forwards it meets before."""
         t = self.types[i]
-        key = self.key(i, _identity)
+        key = (_ENUM, t.name)
+        sid = self.sid
+        s = sid(i)
+        shapes, forwards = seen = self._enum_candidates(key)
         new_id = i
-        for c in self.table.get(key):
-            if self.sid(i) == self.sid(c):
-                new_id = c
-                break
-            if _enum_fwd_match(t, self.types[c]):
-                if not t.items:
+        if forwards or not t.items or s in shapes:        # else none can match
+            for c in self.table.get(key):
+                if sid(c) == s or not t.items:
                     new_id = c
                     break
-                self.map[c] = i      # a canonical enum forward goes to t
+                if not self.type(c).items:
+                    self.map[c] = i      # a canonical enum forward goes to t
         self._set_canonical(key, i, new_id)
+        if new_id == i:
+            shapes.add(s)
+            seen[1] = forwards or not t.items
+
+    def _enum_candidates(self, key: Key) -> list:
+        """[shape ids, whether one is a forward] of the candidates of an enum
+        key: anonymous enums all share one, and most look for nothing in it."""
+        seen = self.enums.get(key)
+        if seen is None:
+            candidates = self.table.get(key)
+            seen = self.enums[key] = [{self.sid(c) for c in candidates},
+                                      any(not self.type(c).items for c in candidates)]
+        return seen
 
     def struct_types(self) -> None:
         kinds = self.kinds
-        walked = _COMPOSITE if self.legacy else (_STRUCT, _UNION, _TYPEDEF)
+        walked = _COMPOSITE if self.legacy else _COMPOSITE | {_TYPEDEF}
         for i in range(self.start, len(kinds)):
             if kinds[i] in walked and self.map[i] < 0:
                 self._struct_type(i)
@@ -348,7 +571,7 @@ class _Dedup:
     def _compatible(self, cand: int, canon: int) -> bool:
         """Two types of different shapes that are still equivalent: a FWD
         and a struct/union of its name and kind, or an enum forward."""
-        a, b = self.types[cand], self.types[canon]
+        a, b = self.type(cand), self.type(canon)
         if a.name != b.name:
             return False
         ka, kb = a.kind, b.kind
@@ -373,14 +596,14 @@ class _Dedup:
         """Structurally the same type, looking ``depth`` levels deep."""
         kinds, sid = self.kinds, self.sid
         while kinds[id1] in _CHAIN and sid(id1) == sid(id2):
-            id1, id2 = self.types[id1].type, self.types[id2].type
+            id1, id2 = self.type(id1).type, self.type(id2).type
         k = kinds[id1]
         if depth <= 0 or k is not kinds[id2]:
             return False
-        if k is Kind.UNKN:
+        if k is _UNKN:
             return True
         if k in _ENUMS:
-            return sid(id1) == sid(id2) or _enum_fwd_match(self.types[id1], self.types[id2])
+            return sid(id1) == sid(id2) or _enum_fwd_match(self.type(id1), self.type(id2))
         if k not in _PRIMITIVE and k not in _GRAPH:
             return False
         return sid(id1) == sid(id2) and all(
@@ -389,7 +612,7 @@ class _Dedup:
 
     def _identical_arrays(self, id1: int, id2: int) -> bool:
         """libbpf 1.1: two ARRAYs equal down to the ids they refer to."""
-        return (self.kinds[id1] is Kind.ARRAY and self.kinds[id2] is Kind.ARRAY
+        return (self.kinds[id1] is _ARRAY and self.kinds[id2] is _ARRAY
                 and self.sid(id1) == self.sid(id2) and self.kids(id1) == self.kids(id2))
 
     def _identical_structs(self, id1: int, id2: int) -> bool:
@@ -427,17 +650,19 @@ class _Dedup:
 
     def resolve_fwds(self) -> None:
         """Map each FWD still canonical to the one struct/union of its name."""
-        kinds, types, m = self.kinds, self.types, self.map
+        kinds, types, m, start = self.kinds, self.types, self.map, self.start
+        fwds = [i for i in range(start, len(kinds)) if kinds[i] is _FWD and m[i] == i]
+        if not fwds:
+            return
         unique: dict[str, int] = {}
-        for i in range(1, len(types)):
+        for i in range(1, len(kinds)):
             if kinds[i] in _COMPOSITE and m[i] == i:
-                name = types[i].name
+                name = self.heads[i][1] if i < start else types[i].name
                 unique[name] = 0 if name in unique else i
-        for i in range(self.start, len(types)):
-            if kinds[i] is _FWD and m[i] == i:
-                c = unique.get(types[i].name, 0)
-                if c and kinds[c] is _fwd_kind(types[i]):
-                    m[i] = c
+        for i in fwds:
+            c = unique.get(types[i].name, 0)
+            if c and kinds[c] is _fwd_kind(types[i]):
+                m[i] = c
 
     def ref_types(self) -> None:
         m = self.map
@@ -447,50 +672,49 @@ class _Dedup:
 
     def _ref_type(self, i: int) -> int:
         """Canonical id of type ``i``, deduplicating the reference types it
-        leads to first (depth first, as libbpf)."""
-        m = self.map[i]
-        if m == i:
+        leads to first (depth first, as libbpf).  Only reference types are
+        still unmapped in this pass."""
+        m = self.map
+        j = m[i]
+        if j == i:
             return i
-        if m >= 0:
+        if j >= 0:
             return self.resolve(i)
-        if m == _IN_PROGRESS:
+        if j == _IN_PROGRESS:
             raise BtfError(f'type {i} refers to itself without a struct or union')
-        self.map[i] = _IN_PROGRESS
-        key = self.key(i, self._ref_type)
-        found = self.table.first(key)
-        new_id = i if found is None else found
-        self._set_canonical(key, i, new_id)
+        m[i] = _IN_PROGRESS
+        new_id = m[i] = self.table.first_or_add(self._ref_key(self.types[i], self._ref_type), i)
         return new_id
 
     def compact(self) -> Btf:
         """The canonical own types, in id order, with ids remapped."""
         start, m = self.start, self.map
-        new_id = list(range(start)) + [-1] * (len(m) - start)
-        kept = []
-        for i in range(start, len(m)):
-            if m[i] == i:
-                new_id[i] = start + len(kept)
-                kept.append(i)
-        final = [new_id[self.resolve(i)] for i in range(len(m))]
+        n = len(m)
+        new_id = list(range(start)) + [-1] * (n - start)
+        kept = [i for i in range(start, n) if m[i] == i]
+        for k, i in enumerate(kept, start):
+            new_id[i] = k
+        final = new_id[:]
+        # Base ids map to themselves, but for enum forwards a split enum took over.
+        moved = compress(range(n), map(ne, m, range(n)))
+        for i in moved:
+            final[i] = new_id[self.resolve(i)]
         if -1 in final:
             raise BtfError('a type resolves to a type that has no canonical copy')
-        out = [_remapped(self.types[i], final) for i in kept]
-        return Btf(types=[VOID] + out, base=self.btf.base, byteorder=self.btf.byteorder)
-
-
-def _remapped(t: BtfType, new: list[int]) -> BtfType:
-    """A copy of ``t`` whose reference to each id ``i`` is now ``new[i]``
-    (BtfType.remap, without rebuilding unchanged entry tuples)."""
-    c = t.copy()
-    k = t.kind
-    if k in _ENTRY_TYPE:
-        at = _ENTRY_TYPE[k]
-        if any(new[e[at]] != e[at] for e in t.items):
-            c.remap(new.__getitem__)
-    elif k not in _PRIMITIVE and k is not Kind.UNKN:
-        c.type = new[t.type]
-        if k is Kind.ARRAY:
-            c.index_type = new[t.index_type]
-        elif k is Kind.FUNC_PROTO and any(new[p.type] != p.type for p in t.items):
-            c.items = tuple([Param(p.name, new[p.type]) for p in t.items])
-    return c
+        types, remap = self.types, final.__getitem__
+        params: dict[Param, Param] = {}     # the kernel's prototypes share many
+        out = [VOID]
+        for i in kept:
+            t = types[i]
+            c = t.copy()
+            k = t.kind
+            if k in REF_KINDS:
+                c.type = final[t.type]
+            elif k is _FUNC_PROTO:
+                c.type = final[t.type]
+                c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
+                                 for p in t.items])
+            else:
+                c.remap(remap)
+            out.append(c)
+        return Btf(types=out, base=self.btf.base, byteorder=self.btf.byteorder)

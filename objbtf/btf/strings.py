@@ -1,75 +1,114 @@
 """The BTF string section: NUL-terminated names, offset 0 is the empty string."""
 from __future__ import annotations
 
+from itertools import accumulate
 
-class StringTable:
+
+class StringTable(dict):
     """Builds a string section, adding each distinct string once.
 
-    ``base`` maps strings of a base BTF to their offsets there; a split
-    table refers to those instead of copying them, and its own offsets
-    start at ``base_len``, as libbpf and the kernel expect.
+    A dict from string to offset: ``table[s]`` is a plain dict lookup for a
+    string already laid out, and lays it out on first use.  ``base`` is the
+    string section of a base BTF; a split table refers to the base's strings
+    instead of copying them, and its own offsets start after the base's, as
+    libbpf and the kernel expect.
     """
+    __slots__ = ('_base', '_base_len', '_parts', '_size')
 
-    def __init__(self, base: dict[str, int] | None = None, base_len: int = 0):
-        self._base = base or {}
-        self._base_len = base_len
-        self._offsets: dict[str, int] = {} if base_len else {'': 0}
-        self._parts: list[bytes] = [] if base_len else [b'\0']
-        self._size = 0 if base_len else 1
+    def __init__(self, base: StringReader | None = None):
+        super().__init__()
+        self._base = base
+        self._base_len = base.end if base is not None else 0
+        self._parts: list[str] = []
+        self._size = 0
+        if not self._base_len:
+            self[''] = 0
+            self._parts.append('')
+            self._size = 1
 
-    def add(self, s: str) -> int:
-        off = self._base.get(s)
-        if off is not None:
-            return off
-        off = self._offsets.get(s)
+    def __missing__(self, s: str) -> int:
+        off = self._base.find(s) if self._base is not None else None
         if off is None:
-            data = s.encode() + b'\0'
             off = self._base_len + self._size
-            self._offsets[s] = off
-            self._parts.append(data)
-            self._size += len(data)
+            self._parts.append(s)
+            self._size += (len(s) if s.isascii() else len(s.encode())) + 1
+        self[s] = off
         return off
 
     def data(self) -> bytes:
-        return b''.join(self._parts)
-
-    def offsets(self) -> dict[str, int]:
-        return dict(self._offsets)
+        """The section's own bytes (without the base's)."""
+        return ''.join([s + '\0' for s in self._parts]).encode()
 
 
-class StringReader:
-    """Resolves name offsets of a string section (split: after the base's)."""
+class StringReader(dict):
+    """Resolves name offsets of a string section (split: after the base's).
+
+    A dict from offset to string, filled on first use: ``reader[off]`` (or
+    ``reader(off)``) is a plain dict lookup for an offset seen before.
+    """
+    __slots__ = ('_ascii', '_firsts', 'base', 'data', 'end', 'start')
 
     def __init__(self, data: bytes, base: StringReader | None = None):
+        super().__init__()
         self.data = data
         self.base = base
         self.start = base.end if base is not None else 0
         self.end = self.start + len(data)
-        self._cache: dict[int, str] = {}
+        self._firsts: dict | None = None
+        self._ascii = True
 
-    def __call__(self, off: int) -> str:
-        s = self._cache.get(off)
-        if s is not None:
-            return s
+    def __missing__(self, off: int) -> str:
         if off < self.start:
-            return self.base(off)
-        pos = off - self.start
-        end = self.data.find(b'\0', pos)
-        if pos >= len(self.data) or end < 0:
-            raise ValueError(f'string offset {off} outside the string section')
-        s = self.data[pos:end].decode('utf-8', 'replace')
-        self._cache[off] = s
+            s = self.base[off]
+        else:
+            pos = off - self.start
+            end = self.data.find(b'\0', pos)
+            if pos >= len(self.data) or end < 0:
+                raise ValueError(f'string offset {off} outside the string section')
+            s = self.data[pos:end].decode('utf-8', 'replace')
+        self[off] = s
         return s
 
-    def offsets(self) -> dict[str, int]:
-        """First offset of every whole string of this section."""
-        out: dict[str, int] = {}
-        pos = 0
+    __call__ = dict.__getitem__
+
+    def load_all(self) -> None:
+        """Read every whole string of the section at once, much cheaper than
+        one by one when most will be used (ASCII sections only: those decode
+        the same either way)."""
         data = self.data
-        while pos < len(data):
-            end = data.find(b'\0', pos)
-            if end < 0:
-                break
-            out.setdefault(data[pos:end].decode('utf-8', 'replace'), self.start + pos)
-            pos = end + 1
-        return out
+        if not data.isascii():
+            return
+        parts = data.decode('ascii').split('\0')[:-1]     # the last piece has no NUL
+        self.update(zip(_starts(parts, self.start), parts))
+
+    def valid_below(self) -> int:
+        """An offset such that every smaller one names a string (the section
+        up to its last NUL, the base's too when it ends in one)."""
+        own = self.start + self.data.rfind(b'\0') + 1
+        if self.base is None or self.base.valid_below() == self.start:
+            return own
+        return self.base.valid_below()
+
+    def find(self, s: str) -> int | None:
+        """The first offset of the whole string ``s`` in this section (not
+        its base's), or None: what split BTF on top of it refers to."""
+        if self._firsts is None:
+            self._firsts = self._first_offsets()
+        return self._firsts.get(s.encode() if self._ascii else s)
+
+    def _first_offsets(self) -> dict:
+        """Each whole string of the section to its first offset.  Keyed by
+        the bytes themselves when the section is ASCII (nothing to decode),
+        else by the strings decoded as names are."""
+        self._ascii = self.data.isascii()
+        parts = self.data.split(b'\0')[:-1]     # the last piece has no NUL
+        pairs = zip(reversed(parts), reversed(_starts(parts, self.start)))  # the first wins
+        if not self._ascii:
+            pairs = ((p.decode('utf-8', 'replace'), off) for p, off in pairs)
+        return dict(pairs)
+
+
+def _starts(parts: list, start: int) -> list[int]:
+    """Offsets of NUL-terminated ``parts`` laid out from ``start``."""
+    sizes = map((1).__add__, map(len, parts))         # each with its NUL
+    return list(accumulate(sizes, initial=start))[:len(parts)]

@@ -7,11 +7,37 @@ two types can be compared and hashed cheaply by ``BtfType.key()``.
 """
 from __future__ import annotations
 
+import gc
 from collections import namedtuple
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from itertools import count
+from typing import Protocol
 
-from .kinds import Kind
+from .kinds import SIZED_KINDS, Kind
 from .strings import StringReader
+
+#: Builds an entry from a tuple of its fields, skipping the namedtuple's
+#: Python-level ``__new__`` (the readers and ``remap`` make many of them).
+_new = tuple.__new__
+_alloc = object.__new__
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """CPython's cyclic garbage collector paused: it runs every few hundred
+    new objects and then walks older ones too, so building a kernel's tens
+    of thousands of types (which never form cycles) would pay for as many
+    walks of everything already in memory; in a link, that was as much time
+    again as the building itself."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class Member(namedtuple('Member', 'name type bit_offset bitfield_size', defaults=(0,))):
@@ -72,59 +98,97 @@ class BtfType:
                 self.encoding, self.bit_offset, self.bits, self.index_type,
                 self.nelems, self.linkage, self.component_idx, self.items)
 
-    def refs(self) -> Iterator[int]:
+    def refs(self) -> tuple[int, ...]:
         """The type ids this type refers to, in a fixed order."""
         k = self.kind
         if k in _ONE_REF:
-            yield self.type
-        elif k is Kind.ARRAY:
-            yield self.type
-            yield self.index_type
-        elif k in (Kind.STRUCT, Kind.UNION):
-            for m in self.items:
-                yield m.type
-        elif k is Kind.FUNC_PROTO:
-            yield self.type
-            for p in self.items:
-                yield p.type
-        elif k is Kind.DATASEC:
-            for v in self.items:
-                yield v.type
+            return (self.type,)
+        if k is _ARRAY:
+            return (self.type, self.index_type)
+        if k is _FUNC_PROTO:
+            return (self.type, *[p[1] for p in self.items])
+        at = _ENTRY_TYPE.get(k)
+        if at is None:
+            return ()
+        return tuple([e[at] for e in self.items])
 
     def remap(self, f: Callable[[int], int]) -> None:
         """Replace every referenced type id ``i`` by ``f(i)`` in place."""
         k = self.kind
         if k in _ONE_REF:
             self.type = f(self.type)
-        elif k is Kind.ARRAY:
+        elif k is _ARRAY:
             self.type = f(self.type)
             self.index_type = f(self.index_type)
-        elif k in (Kind.STRUCT, Kind.UNION):
-            self.items = tuple(m._replace(type=f(m.type)) for m in self.items)
-        elif k is Kind.FUNC_PROTO:
+        elif k is _STRUCT or k is _UNION:
+            self.items = tuple([_new(Member, (n, f(t), o, b)) for n, t, o, b in self.items])
+        elif k is _FUNC_PROTO:
             self.type = f(self.type)
-            self.items = tuple(Param(p.name, f(p.type)) for p in self.items)
-        elif k is Kind.DATASEC:
-            self.items = tuple(v._replace(type=f(v.type)) for v in self.items)
+            self.items = tuple([_new(Param, (n, f(t))) for n, t in self.items])
+        elif k is _DATASEC:
+            self.items = tuple([_new(VarSecinfo, (f(t), o, s)) for t, o, s in self.items])
 
     def copy(self) -> BtfType:
-        return BtfType(self.kind, self.name, self.size, self.type, self.kflag,
-                       self.encoding, self.bit_offset, self.bits,
-                       self.index_type, self.nelems, self.linkage,
-                       self.component_idx, self.items)
+        # Filled slot by slot: a third cheaper than through __init__.
+        c = _alloc(BtfType)
+        c.kind = self.kind
+        c.name = self.name
+        c.size = self.size
+        c.type = self.type
+        c.kflag = self.kflag
+        c.encoding = self.encoding
+        c.bit_offset = self.bit_offset
+        c.bits = self.bits
+        c.index_type = self.index_type
+        c.nelems = self.nelems
+        c.linkage = self.linkage
+        c.component_idx = self.component_idx
+        c.items = self.items
+        return c
 
     @property
     def vlen(self) -> int:
-        if self.kind is Kind.FUNC:
+        if self.kind is _FUNC:
             return self.linkage
         return len(self.items)
 
 
+#: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
+#: compares with these.
+_ARRAY, _DATASEC, _FUNC, _FUNC_PROTO, _STRUCT, _UNION = (
+    Kind.ARRAY, Kind.DATASEC, Kind.FUNC, Kind.FUNC_PROTO, Kind.STRUCT, Kind.UNION)
 _ONE_REF = frozenset({Kind.PTR, Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST,
                       Kind.RESTRICT, Kind.FUNC, Kind.VAR, Kind.TYPE_TAG,
                       Kind.DECL_TAG})
+#: Where an entry of a STRUCT, UNION or DATASEC holds its type id.
+_ENTRY_TYPE = {Kind.STRUCT: 1, Kind.UNION: 1, Kind.DATASEC: 0}
 
 VOID = BtfType(Kind.UNKN)
+
+
+#: What a type's header says: kind, name, size or type (an ARRAY's element
+#: type), vlen, and what tells apart more types of those: an ARRAY's element
+#: count, a FUNC_PROTO's parameter types (else 0).  Enough to index a base
+#: table for dedup without parsing it.
+Head = tuple[Kind, str, int, int, object]
+
+
+def head(t: BtfType) -> Head:
+    """The head of a parsed type (a lazy table reads it from the bytes)."""
+    k = t.kind
+    detail = (t.nelems if k is _ARRAY else tuple([p[1] for p in t.items]) if k is _FUNC_PROTO
+              else 0)
+    return (k, t.name, t.size if k in SIZED_KINDS else t.type, t.vlen, detail)
+
+
+class TypeSource(Protocol):
+    """Where a lazy table's types come from (the reader's scanned blob)."""
+
+    def parse(self, index: int) -> BtfType:
+        """The type at ``index`` of the table's ``types`` list."""
+
+    def heads(self) -> list[Head]:
+        """The heads of the table's own types, void excluded."""
 
 
 class Btf:
@@ -135,8 +199,12 @@ class Btf:
     ``base.next_id``.  ``strings`` is the string section the table was read
     from, if it was read from bytes: split BTF on top of it resolves and
     reuses the base's names.
+
+    A table read from bytes is lazy: a type is parsed when first looked up
+    by id, and all of them at the first use of ``types``.  A module's link
+    only meets a few of vmlinux's types.
     """
-    __slots__ = ('types', 'base', 'byteorder', 'strings')
+    __slots__ = ('_source', '_types', 'base', 'byteorder', 'strings')
 
     def __init__(self, types: list[BtfType] | None = None, base: Btf | None = None,
                  byteorder: str = 'little', strings: StringReader | None = None):
@@ -144,10 +212,36 @@ class Btf:
             types = [] if base is not None else [VOID]
         elif base is not None and types and types[0] is VOID:
             types = types[1:]
-        self.types = types
+        self._types = types
+        self._source: TypeSource | None = None
         self.base = base
         self.byteorder = byteorder
         self.strings = strings
+
+    @classmethod
+    def lazy(cls, count: int, source: TypeSource, base: Btf | None = None,
+             byteorder: str = 'little', strings: StringReader | None = None) -> Btf:
+        """A table of ``count`` own types, parsed from ``source`` when used."""
+        btf = cls(base=base, byteorder=byteorder, strings=strings)
+        btf._types += [None] * count
+        btf._source = source
+        return btf
+
+    @property
+    def types(self) -> list[BtfType]:
+        if self._source is not None:
+            types, parse = self._types, self._source.parse
+            with gc_paused():
+                for i, t in enumerate(types):
+                    if t is None:
+                        types[i] = parse(i)
+            self._source = None
+        return self._types
+
+    @types.setter
+    def types(self, types: list[BtfType]) -> None:
+        self._types = types
+        self._source = None
 
     @property
     def start_id(self) -> int:
@@ -158,28 +252,38 @@ class Btf:
     def next_id(self) -> int:
         """Id the next added type will get."""
         if self.base is None:
-            return len(self.types)
-        return self.base.next_id + len(self.types)
+            return len(self._types)
+        return self.base.next_id + len(self._types)
 
     def add(self, t: BtfType) -> int:
         self.types.append(t)
         return self.next_id - 1
 
     def __getitem__(self, type_id: int) -> BtfType:
+        index = type_id
         if self.base is not None:
             first = self.base.next_id
             if type_id < first:
                 return self.base[type_id]
-            return self.types[type_id - first]
-        return self.types[type_id]
+            index -= first
+        t = self._types[index]
+        if t is None:
+            index %= len(self._types)
+            t = self._types[index] = self._source.parse(index)
+        return t
+
+    def heads(self) -> list[Head]:
+        """The head of each own type, void excluded; a lazy table reads
+        those it has not parsed from its bytes."""
+        own = self._types if self.base is not None else self._types[1:]
+        if self._source is None:
+            return [head(t) for t in own]
+        return [h if t is None else head(t) for h, t in zip(self._source.heads(), own)]
 
     def own(self) -> Iterator[tuple[int, BtfType]]:
         """(id, type) for the types this table holds, void excluded."""
-        start = self.start_id
-        offset = 0 if self.base is not None else 1
-        for i, t in enumerate(self.types[offset:]):
-            yield start + i, t
+        return zip(count(self.start_id), self.types[0 if self.base is not None else 1:])
 
     def __len__(self) -> int:
         """Number of types this table holds, void excluded."""
-        return len(self.types) - (0 if self.base is not None else 1)
+        return len(self._types) - (0 if self.base is not None else 1)
