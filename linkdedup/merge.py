@@ -66,28 +66,26 @@ class _Part:
         return self.parser.parse(self.offsets[local - 1], local)[0]
 
 
-class _ViewStrings:
+class _ViewStrings(dict):
     """A blob's string section, read in place: a vmlinux holds tens of
-    megabytes of them.  A copy is made while the blob's types are parsed
-    and dropped with ``release``; names once read stay cached."""
-    __slots__ = ('cache', 'data', 'view')
+    megabytes of them.  A dict from offset to name, filled on first use
+    (as ``StringReader``); the section is copied while the blob's types are
+    parsed, and the copy dropped with ``release``."""
+    __slots__ = ('data', 'view')
 
     def __init__(self, view: memoryview):
+        super().__init__()
         self.view = view
         self.data: bytes | None = None
-        self.cache: dict[int, str] = {}
 
-    def __call__(self, off: int) -> str:
-        s = self.cache.get(off)
-        if s is not None:
-            return s
+    def __missing__(self, off: int) -> str:
         data = self.data
         if data is None:
             data = self.data = bytes(self.view)
         end = data.find(0, off)
         if off >= len(data) or end < 0:
             raise ValueError(f'string offset {off} outside the string section')
-        s = self.cache[off] = data[off:end].decode('utf-8', 'replace')
+        s = self[off] = data[off:end].decode('utf-8', 'replace')
         return s
 
     def release(self) -> None:

@@ -8,7 +8,7 @@ from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import BTF_HEADER_LEN
 from objbtf.btf.sidecar import SECTION as SIDECAR, Sidecar, split_sidecars
-from objbtf.btf.types import Btf
+from objbtf.btf.types import Btf, gc_paused
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
@@ -119,6 +119,18 @@ def link(path: str, *, features: Features, base_path: str | None = None,
     started = time.monotonic()
     if cache is not None and (base_path or split_vars):
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
+    with gc_paused():        # the link builds tens of thousands of types, and no cycles
+        _link(path, features, base_path, output, section, split_vars, cache, objects,
+              progress, summary)
+    progress.done()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _link(path: str, features: Features, base_path: str | None, output: str | None,
+          section: str, split_vars: str | None, cache: str | None,
+          objects: ObjectList | None, progress: Progress, summary: Summary) -> None:
+    """``link``'s work, filling in ``summary``."""
     base = _load_base(base_path) if base_path else None
     with ElfFile.open(path) as elf:
         inputs = read_inputs(elf, path, section, progress, objects)
@@ -133,9 +145,6 @@ def link(path: str, *, features: Features, base_path: str | None = None,
             raw = _full_link(elf, path, inputs, base, features, symbols, split_vars,
                              progress, summary, cache and (cache, key))
         summary.written = emit(raw, elf, path, section, output)
-    progress.done()
-    summary.seconds = time.monotonic() - started
-    return summary
 
 
 def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, features: Features,
