@@ -14,6 +14,8 @@ the Kbuild integration uses, against pahole, which has no incremental mode:
   unchanged, so the link replays the cache;
 - after an edit to a type: kernel/fork.c compiled again with one more
   struct, so the cache misses and the link is a full one.
+
+And the modules' links, objbtf link --base against pahole --btf_base.
 """
 from __future__ import annotations
 
@@ -72,6 +74,27 @@ def recompile(tree: Path, obj: str, extra: list[str] | None = None) -> None:
     link_vmlinux(tree, TMP_VMLINUX)
 
 
+#: The reference kernel's modules.
+MODULES = ('drivers/net/veth.ko', 'drivers/net/tun.ko', 'drivers/net/dummy.ko')
+
+
+def module_links(build: Path, tree: Path, vmlinux_btf: Path, work: Path,
+                 objbtf: list[str]) -> list[list[str]]:
+    """Two commands, each giving every module its split BTF: objbtf link
+    (on the encoded tree, against the BTF objbtf linked for vmlinux) and
+    pahole -J --btf_base (on the stock tree, against its vmlinux), as
+    Makefile.modfinal runs them; neither changes the module files."""
+    ours = ' && '.join(shlex.join(objbtf + ['link', '--base', str(vmlinux_btf), '-o',
+                                            str(work / 'm.btf'), str(tree / m)])
+                       for m in MODULES)
+    theirs = ' && '.join(shlex.join(['pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust',
+                                     '--btf_base', str(build / 'vmlinux'),
+                                     '--btf_encode_detached', str(work / 'p.btf'),
+                                     str(build / m)])
+                         for m in MODULES)
+    return [['sh', '-c', ours], ['sh', '-c', theirs]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--repeat', type=int, default=3)
@@ -95,6 +118,8 @@ def main() -> int:
                                 str(tree / TMP_VMLINUX)]
         (p_wall, p_rss), (pj_wall, pj_rss), (o_wall, o_rss) = interleaved(
             args.repeat, [pahole, pahole[:1] + ['-j'] + pahole[1:], link])
+        (m_wall, m_rss), (pm_wall, pm_rss) = interleaved(
+            args.repeat, module_links(build, tree, out, work, objbtf))
         subprocess.run(cached_link, check=True, capture_output=True)
         shutil.copy(cache, warm)
         recompile(tree, 'kernel/fork.o')
@@ -112,6 +137,9 @@ def main() -> int:
               f'objbtf link: {o_wall:.2f} s, {o_rss} MB\n'
               f'objbtf / pahole: wall {o_wall / p_wall:.2f} (goal <= 0.5), '
               f'max RSS {o_rss / p_rss:.2f} (goal <= 1.0); against pahole -j: wall {o_wall / pj_wall:.2f}\n'
+              f'modules ({len(MODULES)}, split BTF on vmlinux\'s, one after the other): objbtf link '
+              f'{m_wall:.2f} s, {m_rss} MB; pahole -J --btf_base {pm_wall:.2f} s, {pm_rss} MB; '
+              f'ratio {m_wall / pm_wall:.2f}\n'
               f'after a function-body edit (cache {"replayed" if replayed else "NOT replayed"}): '
               f'objbtf link {body_wall:.2f} s = {body_wall / p2_wall:.2f} x pahole (goal <= 0.2)\n'
               f'after a type edit (cache miss, full link): '
