@@ -137,6 +137,10 @@ def _link(path: str, features: Features, base_path: str | None, output: str | No
         summary.typeless = inputs.typeless
         symbols = FromSymbols(elf, features, module=base is not None)
         key = raw = None
+        if cache is not None and inputs.sidecars is None:
+            progress.warn(f'{path}: no {SIDECAR} section, so no type hashes to key '
+                          f'the cache with: {cache} is left alone')
+            cache = None
         if cache is not None:
             key = link_cache.cache_key(inputs.sidecars or [], symbols.ambiguous, symbols.kfuncs,
                                        features.names(), section)
@@ -150,6 +154,8 @@ def _link(path: str, features: Features, base_path: str | None, output: str | No
 def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, features: Features,
                symbols: FromSymbols, split_vars: str | None, progress: Progress,
                summary: Summary, cache: tuple[str, bytes] | None) -> bytes:
+    """The passes, dedup and encoding: the final BTF; kept in ``cache``
+    (path, key) when given one."""
     prepared = prepare(elf, inputs, base, features, symbols, progress, summary)
     progress.step(f'dedup {len(prepared.btf)} types')
     final = dedup(prepared.btf)
@@ -175,6 +181,7 @@ def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, featur
 
 
 def _replay(cache: str, key: bytes, elf: ElfFile, inputs: Inputs, summary: Summary) -> bytes | None:
+    """The final BTF from ``cache`` if it holds a link made with ``key``."""
     cached = link_cache.load(cache, key)
     if cached is None:
         return None

@@ -205,6 +205,20 @@ def test_cache_misses_when_an_object_has_new_types(units, tmp_path):
                                            tmp_path / 'b.btf').stdout
 
 
+def test_cache_needs_type_hashes(units, tmp_path):
+    """Without .BTF.objbtf nothing says whether types changed: the link
+    neither replays nor fills the cache."""
+    cache = tmp_path / 'link.cache'
+    linked = link_relocatable(tmp_path, units, 'all.o')
+    link_with_cache(linked, cache, tmp_path / 'a.btf')
+    before = cache.read_bytes()
+    bare = tmp_path / 'bare.o'
+    run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
+    r = objbtf('link', '--cache', cache, '--output', tmp_path / 'b.btf', bare)
+    assert 'no type hashes to key the cache with' in r.stderr
+    assert 'replayed' not in r.stderr and cache.read_bytes() == before
+
+
 def test_cache_is_for_vmlinux_only(units, tmp_path):
     linked = link_relocatable(tmp_path, units, 'all.o')
     r = objbtf('link', '--cache', tmp_path / 'c', '--base', linked, '-o', tmp_path / 'o.btf',
