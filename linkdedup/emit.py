@@ -4,7 +4,13 @@ from __future__ import annotations
 from objbtf.btf.sidecar import SECTION as SIDECAR
 from objbtf.elf.consts import ET_REL, SHF_ALLOC
 from objbtf.elf.reader import ElfFile
-from objbtf.elf.writer import NewSection, new_object, replace_in_place, rewrite_object, write_atomically
+from objbtf.elf.writer import (
+    NewSection,
+    new_object,
+    replace_in_place,
+    rewrite_object,
+    write_atomically,
+)
 
 BTF = '.BTF'
 

@@ -7,7 +7,8 @@ import time
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import BTF_HEADER_LEN
-from objbtf.btf.sidecar import SECTION as SIDECAR, Sidecar, split_sidecars
+from objbtf.btf.sidecar import SECTION as SIDECAR
+from objbtf.btf.sidecar import Sidecar, split_sidecars
 from objbtf.btf.types import Btf, gc_paused
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile, Section
