@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from objbtf.btf.kinds import Kind
+from objbtf.btf.kinds import LEAF_KINDS, Kind
 from objbtf.btf.types import Btf
 
 from .tombstone import Tombstones
@@ -114,14 +114,10 @@ def _drop(btf: Btf, funcs: set[int], graves: Tombstones) -> None:
         if t.kind is tag and t.type in funcs:
             graves.bury(type_id)
             continue
-        if t.kind in _LEAVES:
+        if t.kind in LEAF_KINDS:
             continue
         kept.update(r for r in t.refs() if r in doomed_protos)
     for f in funcs:
         graves.bury(f)
     for p in doomed_protos - kept:
         graves.bury(p)
-
-
-#: Kinds that refer to no other type.
-_LEAVES = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})

@@ -27,7 +27,7 @@ from itertools import compress
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import is_definition, named_aggregate
-from objbtf.btf.kinds import Kind
+from objbtf.btf.kinds import LEAF_KINDS
 from objbtf.btf.reader import TypeParser
 from objbtf.btf.sidecar import Sidecar
 from objbtf.btf.types import Btf, BtfType
@@ -36,7 +36,6 @@ from .concat import Blob
 
 _LOCAL_BITS = 20                  # BTF holds fewer than 2**20 types
 _LOCAL_MASK = (1 << _LOCAL_BITS) - 1
-_LEAVES = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})
 _MERGEABLE = bytes.maketrans(bytes(range(256)), b'\1' + b'\0' * 255)
 
 
@@ -245,7 +244,7 @@ def _users(parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType]
     hash_users: dict[int, list[int]] = {}
     for h, pos in first.items():
         t = parsed[pos]
-        if t.kind in _LEAVES:
+        if t.kind in LEAF_KINDS:
             continue
         hashes = parts[pos >> _LOCAL_BITS].sidecar.hashes
         for ref in t.refs():

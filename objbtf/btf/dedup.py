@@ -41,7 +41,7 @@ from itertools import compress
 from operator import itemgetter, ne
 
 from .errors import BtfError
-from .kinds import REF_KINDS, Kind
+from .kinds import LEAF_KINDS, REF_KINDS, Kind
 from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
@@ -60,7 +60,7 @@ _NEVER_DEDUPED = frozenset({Kind.VAR, Kind.DATASEC})
 #: Kinds whose graph walk follows ``type`` once the headers agree.
 _CHAIN = frozenset({Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.PTR,
                     Kind.TYPEDEF, Kind.FUNC, Kind.TYPE_TAG})
-_PRIMITIVE = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})
+_PRIMITIVE = LEAF_KINDS
 #: Kinds a structural comparison descends into.
 _GRAPH = frozenset({Kind.STRUCT, Kind.UNION, Kind.ARRAY, Kind.FUNC_PROTO})
 

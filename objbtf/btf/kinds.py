@@ -57,6 +57,8 @@ REF_KINDS = frozenset({Kind.PTR, Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST,
 MODIFIER_KINDS = frozenset({Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST,
                             Kind.RESTRICT, Kind.TYPE_TAG})
 
+#: Kinds that refer to no other type.
+LEAF_KINDS = frozenset({Kind.INT, Kind.FLOAT, Kind.FWD, Kind.ENUM, Kind.ENUM64})
 KIND_NAMES = {k: k.name for k in Kind}
 
 
