@@ -127,16 +127,19 @@ def load(path: str, key: bytes) -> CachedLink | None:
 def replay(link: CachedLink, elf: ElfFile, btf_section: Section, blobs: list[Blob]) -> bytes | None:
     """The cached BTF with its DATASECs placed anew; None when a variable
     left the output section its DATASEC is for."""
+    owners = [ds for ds in link.datasecs for _ in ds.fields]
+    placed = iter(place_fields(elf, btf_section,
+                               section_offsets([f for ds in link.datasecs for f in ds.fields],
+                                               blobs),
+                               lambda k: f"variable {k} of DATASEC '{owners[k].name}'"))
     out = bytearray(link.raw)
     order = '<' if elf.byteorder == 'little' else '>'
     for ds in link.datasecs:
-        offsets = section_offsets(ds.fields, blobs)
-        placed = place_fields(elf, btf_section, offsets,
-                              lambda k, ds=ds: f"variable {k} of DATASEC '{ds.name}'")
-        if any(sec.name != ds.name for sec, _ in placed):
+        mine = [next(placed) for _ in ds.fields]
+        if any(sec.name != ds.name for sec, _ in mine):
             return None
-        rows = sorted((off, var, size) for (_, off), (var, size) in zip(placed, ds.vars))
-        struct.pack_into(order + 'I', out, ds.record + 8, placed[0][0].size)
+        rows = sorted((off, var, size) for (_, off), (var, size) in zip(mine, ds.vars))
+        struct.pack_into(order + 'I', out, ds.record + 8, mine[0][0].size)
         for j, (off, var, size) in enumerate(rows):
             struct.pack_into(order + 'III', out, ds.record + 12 + 12 * j, var, off, size)
     return bytes(out)

@@ -30,6 +30,7 @@ from objbtf.btf.hashing import is_definition, named_aggregate
 from objbtf.btf.kinds import LEAF_KINDS
 from objbtf.btf.reader import TypeParser
 from objbtf.btf.sidecar import Sidecar
+from objbtf.btf.strings import StringReader
 from objbtf.btf.types import Btf, BtfType
 
 from .concat import Blob
@@ -65,30 +66,24 @@ class _Part:
         return self.parser.parse(self.offsets[local - 1], local)[0]
 
 
-class _ViewStrings(dict):
+class _ViewStrings(StringReader):
     """A blob's string section, read in place: a vmlinux holds tens of
-    megabytes of them.  A dict from offset to name, filled on first use
-    (as ``StringReader``); the section is copied while the blob's types are
-    parsed, and the copy dropped with ``release``."""
-    __slots__ = ('data', 'view')
+    megabytes of them.  The section is copied while the blob's types are
+    parsed, and the copy dropped with ``release``; names once read stay."""
+    __slots__ = ('view',)
 
     def __init__(self, view: memoryview):
-        super().__init__()
+        super().__init__(b'')
         self.view = view
-        self.data: bytes | None = None
+        self.end = len(view)
 
     def __missing__(self, off: int) -> str:
-        data = self.data
-        if data is None:
-            data = self.data = bytes(self.view)
-        end = data.find(0, off)
-        if off >= len(data) or end < 0:
-            raise ValueError(f'string offset {off} outside the string section')
-        s = self[off] = data[off:end].decode('utf-8', 'replace')
-        return s
+        if not self.data:
+            self.data = bytes(self.view)
+        return super().__missing__(off)
 
     def release(self) -> None:
-        self.data = None
+        self.data = b''
 
 
 def _scan_offsets(parser: TypeParser) -> list[int]:

@@ -143,7 +143,7 @@ def _link(path: str, features: Features, base_path: str | None, output: str | No
                           f'the cache with: {cache} is left alone')
             cache = None
         if cache is not None:
-            key = link_cache.cache_key(inputs.sidecars or [], symbols.ambiguous, symbols.kfuncs,
+            key = link_cache.cache_key(inputs.sidecars, symbols.ambiguous, symbols.kfuncs,
                                        features.names(), section)
             raw = _replay(cache, key, elf, inputs, summary)
         if raw is None:
