@@ -41,7 +41,11 @@ from itertools import compress
 from operator import itemgetter, ne
 
 from .errors import BtfError
-from .kinds import LEAF_KINDS, REF_KINDS, Kind
+from .kinds import (
+    LEAF_KINDS, REF_KINDS, Kind, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG, ENUM as _ENUM,
+    FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT, STRUCT as _STRUCT,
+    TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
+)
 from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
@@ -49,11 +53,6 @@ _IN_PROGRESS = -2
 _IDENTICAL_DEPTH = 16
 _new = tuple.__new__
 
-_STRUCT, _UNION, _FWD, _TYPEDEF = Kind.STRUCT, Kind.UNION, Kind.FWD, Kind.TYPEDEF
-#: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
-#: compares with these.
-_ARRAY, _DECL_TAG, _ENUM, _FLOAT, _FUNC_PROTO, _INT, _UNKN = (
-    Kind.ARRAY, Kind.DECL_TAG, Kind.ENUM, Kind.FLOAT, Kind.FUNC_PROTO, Kind.INT, Kind.UNKN)
 _ENUMS = frozenset({Kind.ENUM, Kind.ENUM64})
 _COMPOSITE = frozenset({_STRUCT, _UNION})
 _NEVER_DEDUPED = frozenset({Kind.VAR, Kind.DATASEC})

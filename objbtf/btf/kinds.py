@@ -31,6 +31,12 @@ class Kind(IntEnum):
     ENUM64 = 19
 
 
+#: Each kind as a module-level name: ``Kind.X`` costs a descriptor call each
+#: time in CPython 3.11, and the reader, the writer and dedup compare kinds
+#: in their hot loops (they import these as ``_X``).
+(UNKN, INT, PTR, ARRAY, STRUCT, UNION, ENUM, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT,
+ FUNC, FUNC_PROTO, VAR, DATASEC, FLOAT, DECL_TAG, TYPE_TAG, ENUM64) = Kind
+
 # INT encoding bits (BTF_INT_ENCODING).
 INT_SIGNED = 1 << 0
 INT_CHAR = 1 << 1

@@ -7,15 +7,13 @@ import sys
 from array import array
 
 from .errors import BtfError
-from .kinds import Kind, extra_len
+from .kinds import (
+    Kind, extra_len, ARRAY as _ARRAY, ENUM as _ENUM, ENUM64 as _ENUM64,
+    FUNC_PROTO as _FUNC_PROTO, INT as _INT, STRUCT as _STRUCT, UNION as _UNION,
+)
 from .strings import StringReader
 from .types import Btf, BtfType, Enumerator, Head, Member, Param, VarSecinfo, gc_paused
 
-#: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
-#: compares with these.
-_ARRAY, _DATASEC, _ENUM, _ENUM64, _FLOAT, _FUNC, _FUNC_PROTO, _INT, _STRUCT, _UNION = (
-    Kind.ARRAY, Kind.DATASEC, Kind.ENUM, Kind.ENUM64, Kind.FLOAT, Kind.FUNC, Kind.FUNC_PROTO,
-    Kind.INT, Kind.STRUCT, Kind.UNION)
 #: Builds an entry from a tuple of its fields, without the namedtuple's
 #: Python-level ``__new__``.
 _new = tuple.__new__

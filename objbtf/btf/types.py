@@ -14,7 +14,10 @@ from contextlib import contextmanager
 from itertools import count
 from typing import Protocol
 
-from .kinds import SIZED_KINDS, Kind
+from .kinds import (
+    SIZED_KINDS, Kind, ARRAY as _ARRAY, DATASEC as _DATASEC, FUNC as _FUNC,
+    FUNC_PROTO as _FUNC_PROTO, STRUCT as _STRUCT, UNION as _UNION,
+)
 from .strings import StringReader
 
 #: Builds an entry from a tuple of its fields, skipping the namedtuple's
@@ -153,10 +156,6 @@ class BtfType:
         return len(self.items)
 
 
-#: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
-#: compares with these.
-_ARRAY, _DATASEC, _FUNC, _FUNC_PROTO, _STRUCT, _UNION = (
-    Kind.ARRAY, Kind.DATASEC, Kind.FUNC, Kind.FUNC_PROTO, Kind.STRUCT, Kind.UNION)
 _ONE_REF = frozenset({Kind.PTR, Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST,
                       Kind.RESTRICT, Kind.FUNC, Kind.VAR, Kind.TYPE_TAG,
                       Kind.DECL_TAG})

@@ -7,15 +7,15 @@ from array import array
 from collections.abc import Callable
 
 from .errors import BtfError
-from .kinds import BTF_HEADER_LEN, BTF_MAGIC, SIZED_KINDS, Kind, extra_len
+from .kinds import (
+    BTF_HEADER_LEN, BTF_MAGIC, SIZED_KINDS, Kind, extra_len, ARRAY as _ARRAY,
+    DATASEC as _DATASEC, DECL_TAG as _DECL_TAG, ENUM as _ENUM, ENUM64 as _ENUM64,
+    FUNC as _FUNC, FUNC_PROTO as _FUNC_PROTO, INT as _INT, STRUCT as _STRUCT,
+    UNION as _UNION, VAR as _VAR,
+)
 from .strings import StringTable
 from .types import Btf, BtfType
 
-#: ``Kind.X`` costs a descriptor call each time in CPython 3.11; hot code
-#: compares with these.
-_ARRAY, _DATASEC, _DECL_TAG, _ENUM, _ENUM64, _FUNC, _FUNC_PROTO, _INT, _STRUCT, _UNION, _VAR = (
-    Kind.ARRAY, Kind.DATASEC, Kind.DECL_TAG, Kind.ENUM, Kind.ENUM64, Kind.FUNC, Kind.FUNC_PROTO,
-    Kind.INT, Kind.STRUCT, Kind.UNION, Kind.VAR)
 #: Appends what follows a type's common header, as 32-bit words.
 Extra = Callable[[list, BtfType, StringTable], None]
 
