@@ -16,6 +16,10 @@ the Kbuild integration uses, against pahole, which has no incremental mode:
   struct, so the cache misses and the link is a full one.
 
 And the modules' links, objbtf link --base against pahole --btf_base.
+
+objbtf link runs with its default -j (the CPUs) and with -j 1; and on the
+same vmlinux without .BTF.objbtf, where its -j processes hash every
+object's types themselves.  Max RSS is that of the largest process.
 """
 from __future__ import annotations
 
@@ -114,10 +118,17 @@ def main() -> int:
         pahole = ['pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust',
                   '--btf_encode_detached', str(work / 'pahole.btf'), str(build / '.tmp_vmlinux.btf')]
         link = objbtf + ['link', '-o', str(out), str(tree / TMP_VMLINUX)]
+        link_j1 = objbtf + ['link', '-j', '1', '-o', str(out), str(tree / TMP_VMLINUX)]
+        bare = work / 'bare'
+        subprocess.run(['objcopy', '--remove-section', '.BTF.objbtf', str(tree / TMP_VMLINUX),
+                        str(bare)], check=True)
+        bare_link = objbtf + ['link', '-o', str(out), str(bare)]
         cached_link = objbtf + ['link', '--cache', str(cache), '-o', str(out),
                                 str(tree / TMP_VMLINUX)]
-        (p_wall, p_rss), (pj_wall, pj_rss), (o_wall, o_rss) = interleaved(
-            args.repeat, [pahole, pahole[:1] + ['-j'] + pahole[1:], link])
+        (p_wall, p_rss), (pj_wall, pj_rss), (o_wall, o_rss), (o1_wall, o1_rss) = interleaved(
+            args.repeat, [pahole, pahole[:1] + ['-j'] + pahole[1:], link, link_j1])
+        (b_wall, b_rss), (b1_wall, _), (p0_wall, _) = interleaved(
+            args.repeat, [bare_link, bare_link[:4] + ['-j', '1'] + bare_link[4:], pahole])
         (m_wall, m_rss), (pm_wall, pm_rss) = interleaved(
             args.repeat, module_links(build, tree, out, work, objbtf))
         subprocess.run(cached_link, check=True, capture_output=True)
@@ -134,9 +145,12 @@ def main() -> int:
         missing = ['sh', '-c', f'cp {warm} {cache} && exec "$@"', 'sh'] + cached_link
         (type_wall, _), (p3_wall, _) = interleaved(args.repeat, [missing, pahole])
     report = (f'pahole -J: {p_wall:.2f} s, {p_rss} MB; pahole -J -j: {pj_wall:.2f} s, {pj_rss} MB\n'
-              f'objbtf link: {o_wall:.2f} s, {o_rss} MB\n'
+              f'objbtf link (-j {len(os.sched_getaffinity(0))}): {o_wall:.2f} s, {o_rss} MB; '
+              f'-j 1: {o1_wall:.2f} s, {o1_rss} MB\n'
               f'objbtf / pahole: wall {o_wall / p_wall:.2f} (goal <= 0.5), '
               f'max RSS {o_rss / p_rss:.2f} (goal <= 1.0); against pahole -j: wall {o_wall / pj_wall:.2f}\n'
+              f'without .BTF.objbtf (the link hashes): objbtf link {b_wall:.2f} s, {b_rss} MB, '
+              f'= {b_wall / p0_wall:.2f} x pahole; -j 1: {b1_wall:.2f} s\n'
               f'modules ({len(MODULES)}, split BTF on vmlinux\'s, one after the other): objbtf link '
               f'{m_wall:.2f} s, {m_rss} MB; pahole -J --btf_base {pm_wall:.2f} s, {pm_rss} MB; '
               f'ratio {m_wall / pm_wall:.2f}\n'

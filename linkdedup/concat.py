@@ -65,20 +65,17 @@ def split_blobs(section: bytes, names: Sequence[str | None] = ()) -> list[Blob]:
     return blobs
 
 
-def canonical_order(blobs: list[Blob], sidecars: list | None) -> list[Blob]:
+def canonical_order(blobs: list[Blob], sidecars: list) -> list[Blob]:
     """The blobs in an order that does not depend on the order the objects
     were linked in, so neither does the final BTF.
 
     The key is a digest of the blob's type hashes (its ``.BTF.objbtf``
     chunk), which describe its types without the offsets the link relocated,
-    and without reading the blob itself; failing that, of its bytes.
+    and without reading the blob itself.  Blobs with the same hashes (and
+    the chunks that merge nothing, which have none) keep their link order.
     """
     def key(b: Blob) -> tuple:
-        if sidecars is not None:
-            content = sidecars[b.index].hashes.tobytes()
-        else:
-            content = b.data
-        return blake2b(content, digest_size=16).digest(), b.index
+        return blake2b(sidecars[b.index].hashes, digest_size=16).digest(), b.index
 
     return sorted(blobs, key=key)
 

@@ -18,7 +18,7 @@ The result holds what libbpf's dedup would produce from the plain
 concatenation, plus what only dedup can decide (FWD resolution, the
 conflicting names), and is much smaller: the full dedup that follows sees
 tens of thousands of types instead of a million.  Objects without a chunk
-are taken whole, type by type.
+get one at link time (``rehash.py``).
 """
 from __future__ import annotations
 
@@ -34,16 +34,20 @@ from objbtf.btf.strings import StringReader
 from objbtf.btf.types import Btf, BtfType
 
 from .concat import Blob
+from .workers import run_sharded
 
 _LOCAL_BITS = 20                  # BTF holds fewer than 2**20 types
 _LOCAL_MASK = (1 << _LOCAL_BITS) - 1
 _MERGEABLE = bytes.maketrans(bytes(range(256)), b'\1' + b'\0' * 255)
+#: Fewest types worth a worker's scan: scanning takes about 0.15 us a type,
+#: forking a worker and taking its result back a few milliseconds.
+_MIN_SCAN_SHARE = 100_000
 
 
 class _Part:
-    """One blob: its type parser, and its sidecar's arrays when it has one."""
+    """One blob: its type parser, and its chunk's arrays."""
 
-    def __init__(self, order: int, blob: Blob, sidecar: Sidecar | None):
+    def __init__(self, order: int, blob: Blob, sidecar: Sidecar):
         self.order = order
         self.blob = blob
         order_str, hdr_len, type_off, type_len, str_off, str_len = blob.header
@@ -53,12 +57,8 @@ class _Part:
         self.parser = TypeParser(blob.data[self.types_start:self.types_start + type_len],
                                  e, self.strings)
         self.sidecar = sidecar
-        if sidecar is None:
-            self.offsets = _scan_offsets(self.parser)
-            self.count = len(self.offsets)
-        else:
-            self.offsets = sidecar.offsets
-            self.count = len(sidecar.offsets)
+        self.offsets = sidecar.offsets
+        self.count = len(sidecar.offsets)
         blob.count = self.count
         blob.order = order
 
@@ -86,14 +86,6 @@ class _ViewStrings(StringReader):
         self.data = b''
 
 
-def _scan_offsets(parser: TypeParser) -> list[int]:
-    offsets, pos, n = [], 0, len(parser.tdata)
-    while pos < n:
-        offsets.append(pos)
-        pos = parser.parse(pos, len(offsets))[1]
-    return offsets
-
-
 class MergedTable:
     """The merged table, and where each of its types came from."""
 
@@ -111,17 +103,18 @@ class MergedTable:
         return part.blob, part.types_start + part.offsets[(pos & _LOCAL_MASK) - 1]
 
 
-def merge_blobs(blobs: list[Blob], sidecars: list[Sidecar] | None, base: Btf | None,
-                byteorder: str, release: Callable[[Blob], None] = lambda blob: None
-                ) -> MergedTable:
+def merge_blobs(blobs: list[Blob], sidecars: list[Sidecar], base: Btf | None,
+                byteorder: str, release: Callable[[Blob], None] = lambda blob: None,
+                jobs: int = 1) -> MergedTable:
     """Concatenate ``blobs`` (in this order), merging by hash where that is
-    exact; ``sidecars``, if given, are the blobs' chunks, in the same order.
-    ``release(blob)`` is called when the blob's bytes are not needed for now."""
-    parts = [_Part(i, b, sidecars[i] if sidecars else None) for i, b in enumerate(blobs)]
-    first = _first_occurrences(parts)
+    exact; ``sidecars`` are the blobs' chunks, in the same order.
+    ``release(blob)`` is called when the blob's bytes are not needed for now.
+    ``jobs`` processes scan the chunks."""
+    parts = [_Part(i, b, sidecars[i]) for i, b in enumerate(blobs)]
+    first, unmergeable = _scan_chunks(parts, jobs)
     parsed = _parse_positions(parts, first.values(), release)
     unsafe = _unsafe_hashes(parts, first, parsed)
-    own = _own_positions(parts, unsafe)
+    own = _own_positions(parts, unsafe, unmergeable)
     parsed.update(_parse_positions(parts, own - parsed.keys(), release))
     merged = {h: p for h, p in first.items() if h not in unsafe}
     order = sorted(set(merged.values()) | own)
@@ -141,7 +134,7 @@ def _resolver(part: _Part, ids: dict[int, int], by_hash: dict[int, int]):
     """Maps a type id local to ``part`` to its id in the merged table: its
     own entry if it was taken as it is, else its hash's."""
     low = part.order << _LOCAL_BITS
-    hashes = part.sidecar.hashes if part.sidecar is not None else None
+    hashes = part.sidecar.hashes
 
     def resolve(local: int) -> int:
         if local == 0:
@@ -151,13 +144,25 @@ def _resolver(part: _Part, ids: dict[int, int], by_hash: dict[int, int]):
     return resolve
 
 
+def _scan_chunks(parts: list[_Part], jobs: int) -> tuple[dict[int, int], list[int]]:
+    """hash -> position of its first mergeable occurrence, in blob order;
+    and the positions of the unmergeable types.  Each of the ``jobs``
+    processes pre-merges a shard of the blobs: a million occurrences come
+    back as tens of thousands of distinct hashes per shard."""
+    def shard(r: range) -> tuple[dict[int, int], list[int]]:
+        return _first_occurrences(parts[r.start:r.stop]), _unmergeable(parts[r.start:r.stop])
+    results = run_sharded(shard, [p.count for p in parts], jobs, _MIN_SCAN_SHARE)
+    first: dict[int, int] = {}
+    for shard_first, _ in reversed(results):
+        first.update(shard_first)
+    return first, [pos for _, positions in results for pos in positions]
+
+
 def _first_occurrences(parts: list[_Part]) -> dict[int, int]:
     """hash -> position of its first mergeable occurrence, in blob order."""
     first: dict[int, int] = {}
     for part in reversed(parts):
         sc = part.sidecar
-        if sc is None:
-            continue
         low = part.order << _LOCAL_BITS
         positions = range(low + part.count, low, -1)
         if any(sc.flags):
@@ -167,6 +172,16 @@ def _first_occurrences(parts: list[_Part]) -> dict[int, int]:
         else:
             first.update(zip(reversed(sc.hashes), positions))
     return first
+
+
+def _unmergeable(parts: list[_Part]) -> list[int]:
+    """The positions of the types flagged never to merge."""
+    out: list[int] = []
+    for part in parts:
+        if any(part.sidecar.flags):
+            low = part.order << _LOCAL_BITS
+            out += compress(range(low + 1, low + 1 + part.count), part.sidecar.flags)
+    return out
 
 
 def _parse_positions(parts: list[_Part], positions: Iterable[int],
@@ -253,17 +268,15 @@ def _users(parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType]
     return name_users, hash_users
 
 
-def _own_positions(parts: list[_Part], unsafe: set[int]) -> set[int]:
-    """Positions taken as they are: unmergeable types, occurrences of unsafe
-    hashes, and every type of a blob without a sidecar."""
-    own: set[int] = set()
+def _own_positions(parts: list[_Part], unsafe: set[int], unmergeable: list[int]) -> set[int]:
+    """Positions taken as they are: unmergeable types and occurrences of
+    unsafe hashes."""
+    own = set(unmergeable)
+    if not unsafe:
+        return own
     for part in parts:
-        low = part.order << _LOCAL_BITS
-        sc = part.sidecar
-        if sc is None:
-            own.update(range(low + 1, low + 1 + part.count))
-            continue
-        own.update(compress(range(low + 1, low + 1 + part.count), sc.flags))
-        if unsafe and not unsafe.isdisjoint(sc.hashes):
-            own.update(low + 1 + i for i, h in enumerate(sc.hashes) if h in unsafe)
+        hashes = part.sidecar.hashes
+        if not unsafe.isdisjoint(hashes):
+            low = part.order << _LOCAL_BITS
+            own.update(low + 1 + i for i, h in enumerate(hashes) if h in unsafe)
     return own

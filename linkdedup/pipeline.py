@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
@@ -23,9 +24,11 @@ from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_function
 from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, tag_kfuncs
 from .merge import merge_blobs
 from .objects import ObjectList, ObjectsError, refuse_foreign
+from .rehash import hashed_chunk, unmerged_chunk
 from .relocate import Field, entry_fields, place_variables
 from .split_vars import split_variables
 from .tombstone import Tombstones
+from .workers import run_sharded
 
 
 class LinkError(Exception):
@@ -109,12 +112,13 @@ class Progress:
 def link(path: str, *, features: Features, base_path: str | None = None,
          output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
          cache: str | None = None, objects: ObjectList | None = None,
-         progress: Progress | None = None) -> Summary:
+         jobs: int = 1, progress: Progress | None = None) -> Summary:
     """Turn the per-object BTF in ``path`` into its final BTF; with
     ``split_vars``, the non-percpu variables go there, as split BTF; with
     ``cache``, a link whose objects' types are those of the last one
     replays it (``cache.py``); with ``objects``, every object it lists must
-    have BTF in ``path``."""
+    have BTF in ``path``; ``jobs`` processes share the work over the
+    objects (``workers.py``), with the same output for any number."""
     progress = progress or Progress(False)
     summary = Summary()
     started = time.monotonic()
@@ -122,7 +126,7 @@ def link(path: str, *, features: Features, base_path: str | None = None,
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
     with gc_paused():        # the link builds tens of thousands of types, and no cycles
         _link(path, features, base_path, output, section, split_vars, cache, objects,
-              progress, summary)
+              jobs, progress, summary)
     progress.done()
     summary.seconds = time.monotonic() - started
     return summary
@@ -130,34 +134,30 @@ def link(path: str, *, features: Features, base_path: str | None = None,
 
 def _link(path: str, features: Features, base_path: str | None, output: str | None,
           section: str, split_vars: str | None, cache: str | None,
-          objects: ObjectList | None, progress: Progress, summary: Summary) -> None:
+          objects: ObjectList | None, jobs: int, progress: Progress, summary: Summary) -> None:
     """``link``'s work, filling in ``summary``."""
     base = _load_base(base_path) if base_path else None
     with ElfFile.open(path) as elf:
-        inputs = read_inputs(elf, path, section, progress, objects)
+        inputs = read_inputs(elf, path, section, progress, objects, jobs)
         summary.typeless = inputs.typeless
         symbols = FromSymbols(elf, features, module=base is not None)
         key = raw = None
-        if cache is not None and inputs.sidecars is None:
-            progress.warn(f'{path}: no {SIDECAR} section, so no type hashes to key '
-                          f'the cache with: {cache} is left alone')
-            cache = None
         if cache is not None:
             key = link_cache.cache_key(inputs.sidecars, symbols.ambiguous, symbols.kfuncs,
                                        features.names(), section)
             raw = _replay(cache, key, elf, inputs, summary)
         if raw is None:
-            raw = _full_link(elf, path, inputs, base, features, symbols, split_vars,
+            raw = _full_link(elf, path, inputs, base, features, symbols, split_vars, jobs,
                              progress, summary, cache and (cache, key))
         summary.written = emit(raw, elf, path, section, output)
 
 
 def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, features: Features,
-               symbols: FromSymbols, split_vars: str | None, progress: Progress,
+               symbols: FromSymbols, split_vars: str | None, jobs: int, progress: Progress,
                summary: Summary, cache: tuple[str, bytes] | None) -> bytes:
     """The passes, dedup and encoding: the final BTF; kept in ``cache``
     (path, key) when given one."""
-    prepared = prepare(elf, inputs, base, features, symbols, progress, summary)
+    prepared = prepare(elf, inputs, base, features, symbols, progress, summary, jobs)
     progress.step(f'dedup {len(prepared.btf)} types')
     final = dedup(prepared.btf)
     summary.types_out = len(final)
@@ -206,27 +206,34 @@ class FromSymbols:
 
 class Inputs:
     """What ld concatenated: the input section, and its blobs and their
-    ``.BTF.objbtf`` chunks, in merge order."""
+    ``.BTF.objbtf`` chunks (read from the file, or made by ``rehash.py``),
+    in merge order."""
 
-    def __init__(self, section: Section, blobs: list[Blob], sidecars: list[Sidecar] | None,
+    def __init__(self, section: Section, blobs: list[Blob], sidecars: list[Sidecar],
                  typeless: int = 0):
         self.section = section
         self.typeless = typeless      # objects that went through objbtf without types
         self.blobs = canonical_order(blobs, sidecars)
-        self.sidecars = sidecars and [sidecars[b.index] for b in self.blobs]
+        self.sidecars = [sidecars[b.index] for b in self.blobs]
 
 
 def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
-                objects: ObjectList | None = None, use_hashes: bool = True) -> Inputs:
+                objects: ObjectList | None = None, jobs: int = 1,
+                merge: bool = True) -> Inputs:
     """The blobs of ``section`` and their chunks, checked against each other
-    and against ``objects``; ``use_hashes=False`` leaves the chunks out."""
+    and against ``objects``; chunks the file lacks are made by ``jobs``
+    processes.  ``merge=False`` gives chunks that merge no type."""
     sec = elf.section_by_name(section)
     if sec is None or sec.size == 0:
         raise LinkError(f'{path}: no {section} section: were the objects encoded '
                         '(objbtf encode) and linked with their .BTF?')
-    chunks = _chunks(elf, path, objects, progress) if use_hashes else None
+    chunks = _chunks(elf, path, objects, progress) if merge else None
     if chunks is None:
-        inputs = Inputs(sec, split_blobs(elf.section_view(sec)), None)
+        blobs = split_blobs(elf.section_view(sec))
+        if merge:
+            progress.step(f'hash the types of {len(blobs)} blobs')
+        made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs)
+        inputs = Inputs(sec, blobs, made)
     else:
         sidecars = [c for c in chunks if c.has_btf]
         blobs = split_blobs(elf.section_view(sec), [c.name for c in sidecars])
@@ -234,6 +241,21 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
         inputs = Inputs(sec, blobs, sidecars, len(chunks) - len(sidecars))
     elf.release(sec)
     return inputs
+
+
+def _make_chunks(make: Callable[[Blob], Sidecar], blobs: list[Blob], jobs: int) -> list[Sidecar]:
+    """``make(blob)`` for every blob, in ``jobs`` processes."""
+    def shard(r: range) -> list[Sidecar]:
+        return [_blob_error(make, blobs[i]) for i in r]
+    results = run_sharded(shard, [len(b.data) for b in blobs], jobs)
+    return [c for part in results for c in part]
+
+
+def _blob_error(make: Callable[[Blob], Sidecar], blob: Blob) -> Sidecar:
+    try:
+        return make(blob)
+    except BtfError as err:
+        raise LinkError(f'{blob.label}: {err}') from None
 
 
 class Prepared:
@@ -246,12 +268,13 @@ class Prepared:
 
 
 def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
-            symbols: FromSymbols, progress: Progress, summary: Summary) -> Prepared:
+            symbols: FromSymbols, progress: Progress, summary: Summary,
+            jobs: int = 1) -> Prepared:
     """The passes before dedup."""
     progress.step('concatenate')
     sec = inputs.section
     table = merge_blobs(inputs.blobs, inputs.sidecars, base, elf.byteorder,
-                        lambda b: elf.release(sec, b.offset, b.offset + len(b.data)))
+                        lambda b: elf.release(sec, b.offset, b.offset + len(b.data)), jobs)
     btf = table.btf
     summary.objects = len(inputs.blobs)
     summary.types_in = table.types_in
@@ -274,7 +297,7 @@ def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
 def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
     """The passes before dedup on every type as it is, without merging by
     hash: what libbpf's dedup would be given (the tests compare the two)."""
-    inputs = read_inputs(elf, path, '.BTF', Progress(False), use_hashes=False)
+    inputs = read_inputs(elf, path, '.BTF', Progress(False), merge=False)
     symbols = FromSymbols(elf, features, module=False)
     return prepare(elf, inputs, None, features, symbols, Progress(False), Summary()).btf
 
@@ -289,7 +312,8 @@ def _chunks(elf: ElfFile, path: str, objects: ObjectList | None,
         if objects is not None:
             raise LinkError(f'{path}: no {SIDECAR} section, which names the objects: '
                             f'cannot check them against {objects.path}')
-        progress.warn(f'{path}: no {SIDECAR} section, merging without hashes (slow)')
+        progress.warn(f'{path}: no {SIDECAR} section: the link hashes its objects\' '
+                      'types itself, in -j processes (slower than reading the hashes)')
         return None
     if sec.size == 0:
         raise LinkError(f'{path}: {SIDECAR} is empty: its BTF was linked already (the link '

@@ -189,12 +189,15 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
 @click.option('--allow-missing', is_flag=True,
               help='With --objects: warn about listed objects without BTF, and link '
                    'the others.')
+@click.option('-j', '--jobs', type=click.IntRange(min=1), metavar='N',
+              help='Processes that share the work over the objects (default: the CPUs '
+                   'this process may use).  The output is the same for any N.')
 @click.option('-q', '--quiet', is_flag=True,
               help='No summary and no progress; warnings and errors still go to stderr.')
 @features_option
 def link(file: str, base_path: str | None, output: str | None, input_section: str,
          split_vars: str | None, cache: str | None, objects_path: str | None,
-         allow_missing: bool, quiet: bool, features: Features) -> None:
+         allow_missing: bool, jobs: int | None, quiet: bool, features: Features) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
     \b
@@ -210,10 +213,11 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     only), dedup (libbpf's btf__dedup), emit.
     \b
     Every object must have been encoded by this objbtf (its .BTF.objbtf
-    format and hash scheme): others are named, to be rebuilt.  The link
-    only sees the objects that have BTF; --objects gives it the list of
-    all of them, so that one compiled without objbtf is not silently left
-    out.  A summary goes to stderr, unless --quiet (Kbuild: unless V=1).
+    format and hash scheme): others are named, to be rebuilt.  A FILE with
+    no .BTF.objbtf at all has its objects' types hashed by the link's -j
+    processes, slower but to the same BTF.  The link only sees the objects
+    that have BTF; --objects gives it the list of all of them, so that one
+    compiled without objbtf is not silently left out.  A summary goes to stderr, unless --quiet (Kbuild: unless V=1).
     With --cache, a relink after edits that changed no type (function
     bodies) reuses the last link and only places the variables anew.
     \b
@@ -224,6 +228,7 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     """
     from linkdedup.objects import ObjectList, ObjectsError
     from linkdedup.pipeline import LinkError, Progress, link as run_link
+    from linkdedup.workers import WorkerError, default_jobs
     from .btf.errors import BtfError
     from .elf.errors import ElfError
     if allow_missing and objects_path is None:
@@ -232,8 +237,9 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
         objects = ObjectList(objects_path, allow_missing) if objects_path else None
         summary = run_link(file, features=features, base_path=base_path, output=output,
                            section=input_section, split_vars=split_vars, cache=cache,
-                           objects=objects, progress=Progress(sys.stderr.isatty() and not quiet))
-    except (LinkError, ObjectsError) as err:
+                           objects=objects, jobs=jobs or default_jobs(),
+                           progress=Progress(sys.stderr.isatty() and not quiet))
+    except (LinkError, ObjectsError, WorkerError) as err:
         raise click.ClickException(str(err)) from None
     except (BtfError, ElfError) as err:
         raise click.ClickException(f'{file}: {err}') from None

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import FIXTURES, need, objbtf, run
 from libbpf_oracle import isomorphism_problem, libbpf_dedup
+from linkdedup.concat import split_blobs
 from linkdedup.pipeline import unmerged_table
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.sidecar import split_sidecars
@@ -88,15 +89,38 @@ def test_link_does_not_depend_on_object_order(units, tmp_path):
         [t.key() for _, t in tb.own() if t.kind is not Kind.DATASEC]
 
 
-def test_link_without_hashes_gives_the_same_types(units, tmp_path):
+def test_link_without_hashes_hashes_the_objects_itself(units, tmp_path):
+    """Without .BTF.objbtf the link hashes each blob as the encoder did, in
+    -j processes: the same BTF, byte for byte, whatever -j."""
     linked = link_relocatable(tmp_path, units, 'all.o')
     bare = tmp_path / 'bare.o'
     run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
-    a, b = tmp_path / 'a.btf', tmp_path / 'b.btf'
-    objbtf('link', '--output', a, linked)
-    r = objbtf('link', '--output', b, bare)
-    assert 'no .BTF.objbtf' in r.stderr
-    assert isomorphism_problem(parse_btf(a.read_bytes()), parse_btf(b.read_bytes())) is None
+    objbtf('link', '--output', tmp_path / 'a.btf', linked)
+    expected = (tmp_path / 'a.btf').read_bytes()
+    for jobs in ('1', '2', '5'):
+        out = tmp_path / f'bare-{jobs}.btf'
+        r = objbtf('link', '-j', jobs, '--output', out, bare)
+        assert 'no .BTF.objbtf' in r.stderr and 'hashes' in r.stderr
+        assert out.read_bytes() == expected, jobs
+
+
+def test_link_without_hashes_names_a_corrupt_blob(units, tmp_path):
+    """A broken blob found by a worker is reported by the link, naming it."""
+    linked = link_relocatable(tmp_path, units, 'all.o')
+    bare = tmp_path / 'bare.o'
+    run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
+    with ElfFile.open(str(bare)) as elf:
+        sec = elf.section_by_name('.BTF')
+        blobs = split_blobs(elf.section_data(sec))
+    last = blobs[-1]
+    types_at = sec.offset + last.offset + last.header[1] + last.header[2]
+    with open(bare, 'r+b') as f:                 # the last blob's first type: kind 31
+        f.seek(types_at + 4)
+        f.write((31 << 24).to_bytes(4, 'little'))
+    r = objbtf('link', '-j', '3', '--output', tmp_path / 'out.btf', bare, check=False)
+    assert r.returncode == 1 and 'Traceback' not in r.stderr
+    assert f'BTF blob {len(blobs)} at offset {last.offset}' in r.stderr
+    assert not (tmp_path / 'out.btf').exists()
 
 
 def test_link_module_in_place_is_split_on_base(units, tmp_path):
@@ -205,18 +229,17 @@ def test_cache_misses_when_an_object_has_new_types(units, tmp_path):
                                            tmp_path / 'b.btf').stdout
 
 
-def test_cache_needs_type_hashes(units, tmp_path):
-    """Without .BTF.objbtf nothing says whether types changed: the link
-    neither replays nor fills the cache."""
+def test_cache_works_on_the_links_own_hashes(units, tmp_path):
+    """Without .BTF.objbtf the link's own hashes key the cache: they are the
+    encoder's, so a link of the same objects with their chunks replays it."""
     cache = tmp_path / 'link.cache'
     linked = link_relocatable(tmp_path, units, 'all.o')
-    link_with_cache(linked, cache, tmp_path / 'a.btf')
-    before = cache.read_bytes()
     bare = tmp_path / 'bare.o'
     run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
-    r = objbtf('link', '--cache', cache, '--output', tmp_path / 'b.btf', bare)
-    assert 'no type hashes to key the cache with' in r.stderr
-    assert 'replayed' not in r.stderr and cache.read_bytes() == before
+    first, replayed = link_with_cache(bare, cache, tmp_path / 'a.btf')
+    assert not replayed and cache.exists()
+    again, replayed = link_with_cache(linked, cache, tmp_path / 'b.btf')
+    assert replayed and again == first
 
 
 def test_cache_is_for_vmlinux_only(units, tmp_path):

@@ -129,16 +129,18 @@ def test_link_in_place(encoded_kernel, linked, tmp_path):
         assert elf.section_data(elf.section_by_name('.BTF')) == linked[0].read_bytes()
 
 
-def test_link_is_reproducible_whatever_the_object_order(encoded_kernel, linked, tmp_path):
+def test_link_is_reproducible_whatever_the_object_order_and_jobs(encoded_kernel, linked,
+                                                                 tmp_path):
     """Objects linked in reverse order: the same types, byte for byte; only
-    the percpu offsets differ, as the layout itself does."""
+    the percpu offsets differ, as the layout itself does.  And the number of
+    processes changes nothing."""
     members = run('ar', 't', encoded_kernel / 'vmlinux.a').stdout.split()
     members.reverse()
     run('ar', 'rcST', tmp_path / 'reversed.a', *[encoded_kernel / m for m in members])
     from kernel_tree import link_vmlinux
     other = link_vmlinux(encoded_kernel, str(tmp_path / 'reversed'), str(tmp_path / 'reversed.a'))
     out = tmp_path / 'again.btf'
-    objbtf('link', '--output', out, other)
+    objbtf('link', '-j', '1', '--output', out, other)
     first, again = parse_btf(linked[0].read_bytes()), parse_btf(out.read_bytes())
     assert [t.key() for _, t in first.own() if t.kind is not Kind.DATASEC] == \
         [t.key() for _, t in again.own() if t.kind is not Kind.DATASEC]
@@ -146,8 +148,19 @@ def test_link_is_reproducible_whatever_the_object_order(encoded_kernel, linked, 
     placed = Counter((again[v.type].name, v.offset) for v in percpu.items)
     assert placed == percpu_symbols(other)
     assert out.read_bytes() != linked[0].read_bytes()    # the layout did change
-    objbtf('link', '--output', tmp_path / 'twice.btf', other)
-    assert (tmp_path / 'twice.btf').read_bytes() == out.read_bytes()
+    for jobs in ('2', '3'):
+        objbtf('link', '-j', jobs, '--output', tmp_path / 'twice.btf', other)
+        assert (tmp_path / 'twice.btf').read_bytes() == out.read_bytes(), jobs
+
+
+def test_link_without_hashes_gives_the_same_btf(encoded_kernel, linked, tmp_path):
+    """vmlinux without .BTF.objbtf: the link hashes every object's types in
+    -j processes, to the same bytes as with the hashes the encoder wrote."""
+    bare = tmp_path / 'bare'
+    run(need('objcopy'), '--remove-section', '.BTF.objbtf', encoded_kernel / TMP_VMLINUX, bare)
+    r = objbtf('link', '-j', '2', '--output', tmp_path / 'out.btf', bare)
+    assert 'hashes its objects\' types itself' in r.stderr
+    assert (tmp_path / 'out.btf').read_bytes() == linked[0].read_bytes()
 
 
 def test_every_object_of_vmlinux_a_is_named(encoded_kernel, linked, tmp_path):

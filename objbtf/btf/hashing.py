@@ -30,7 +30,7 @@ from .types import Btf, BtfType
 #: ``type_hashes`` return other hashes or flags for the same BTF: the link
 #: refuses to merge hashes of different schemes, which would silently give
 #: other BTF, and asks for the stale objects to be rebuilt.
-HASH_SCHEME = 1
+HASH_SCHEME = 2
 UNMERGEABLE = 1
 _AGGREGATES = (Kind.STRUCT, Kind.UNION)
 _ENUMS = (Kind.ENUM, Kind.ENUM64)
@@ -64,7 +64,9 @@ def _scalars(t: BtfType) -> str:
     elif k is Kind.FUNC_PROTO:
         items = '\x1e'.join(p.name for p in t.items)
     elif k is Kind.DATASEC:
-        items = '\x1e'.join(f'{v.offset}\x1f{v.size}' for v in t.items)
+        # Not the offsets: ld relocates them, and a link that hashes blobs
+        # itself (linkdedup/rehash.py) must get the hashes the encoder gave.
+        items = '\x1e'.join(str(v.size) for v in t.items)
     elif t.items:
         items = '\x1e'.join(f'{v.name}\x1f{v.value}' for v in t.items)
     else:

@@ -58,11 +58,14 @@ def blob_size(data: bytes, pos: int = 0) -> int:
     return hdr_len + max(type_off + type_len, str_off + str_len)
 
 
-def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0) -> Btf:
+def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0,
+              offsets: list[int] | None = None) -> Btf:
     """Parse a BTF blob; with ``base`` it is split BTF on top of it.
 
     ``shift`` is added to every non-void type id the blob refers to: the link
     concatenates blobs this way without a second pass over their types.
+    ``offsets``, if given, receives the byte offset of each own type in the
+    type section, as ``encode_btf`` gives them.
 
     The blob is checked whole here (a broken one raises BtfError now), but
     each type is only built when first used: see ``Btf``.
@@ -80,6 +83,8 @@ def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0) -> Btf:
     first_id = base.next_id if base is not None else 1
     with gc_paused():
         section = _Section(parser, first_id, order, void=base is None)
+    if offsets is not None:
+        offsets += section.offsets
     return Btf.lazy(len(section.offsets), section, base, order, strings)
 
 

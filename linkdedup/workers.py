@@ -1,0 +1,122 @@
+"""``-j``: work over the link's blobs, shared among forked processes.
+
+The workers are forked, so each starts with what the link has already read
+(the mapped file, its blobs and chunks) without copying or pickling any of
+it; only a worker's result crosses back, pickled through a pipe.  The work
+is cut into contiguous shards of about equal size, one per process (the
+link's own process takes the first), and the results come back in shard
+order, so the output cannot depend on the number of workers.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar('T')
+
+
+class WorkerError(Exception):
+    """A worker ended without a result."""
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity, as a cgroup or
+    taskset leaves it), like ``make -j`` and ``pahole -j`` take them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:           # not Linux
+        return os.cpu_count() or 1
+
+
+def shards(sizes: Sequence[int], jobs: int) -> list[range]:
+    """``range(len(sizes))`` cut into at most ``jobs`` contiguous, non-empty
+    ranges of about equal total size."""
+    total = sum(sizes)
+    jobs = max(1, min(jobs, len(sizes)))
+    out: list[range] = []
+    start = done = 0
+    for i, size in enumerate(sizes):
+        done += size
+        if len(out) < jobs - 1 and done * jobs >= total * (len(out) + 1) and i + 1 < len(sizes):
+            out.append(range(start, i + 1))
+            start = i + 1
+    out.append(range(start, len(sizes)))
+    return out
+
+
+def run_sharded(task: Callable[[range], T], sizes: Sequence[int], jobs: int,
+                min_share: int = 1) -> list[T]:
+    """``task(shard)`` for each shard of ``shards(sizes, jobs)``, the first in
+    this process and the others in forked ones; the results in shard order.
+    No shard is given less than ``min_share`` of the total size, below which
+    a process costs more than it saves.  An exception in a worker is raised
+    here again."""
+    parts = shards(sizes, min(jobs, sum(sizes) // min_share))
+    if len(parts) == 1 or not hasattr(os, 'fork'):
+        return [task(r) for r in parts]
+    pending = [_fork(task, r) for r in parts[1:]]
+    try:
+        results = [task(parts[0])]
+        while pending:
+            results.append(_collect(*pending.pop(0)))
+    finally:
+        for pid, fd in pending:
+            _abandon(pid, fd)
+    return results
+
+
+def _fork(task: Callable[[range], T], shard: range) -> tuple[int, int]:
+    """A process that runs ``task(shard)`` and writes (ok, result or
+    exception) to the pipe whose reading end is returned with its pid."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        return pid, r
+    os.close(r)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            payload = pickle.dumps((True, task(shard)), pickle.HIGHEST_PROTOCOL)
+        except Exception as err:          # raised in the parent
+            payload = pickle.dumps((False, _picklable(err)), pickle.HIGHEST_PROTOCOL)
+        with os.fdopen(w, 'wb') as out:
+            out.write(payload)
+    finally:
+        os._exit(0)
+
+
+def _picklable(err: Exception) -> Exception:
+    try:
+        pickle.dumps(err)
+        return err
+    except Exception:
+        return WorkerError(f'{type(err).__name__}: {err}')
+
+
+def _collect(pid: int, fd: int) -> object:
+    """The result of the worker ``pid``, read from ``fd``."""
+    with os.fdopen(fd, 'rb') as src:
+        payload = src.read()
+    _, status = os.waitpid(pid, 0)
+    if not payload:
+        code = os.waitstatus_to_exitcode(status)
+        how = f'signal {-code}' if code < 0 else f'exit code {code}'
+        raise WorkerError(f'a link worker (pid {pid}) ended with {how} and no result')
+    ok, value = pickle.loads(payload)
+    if not ok:
+        raise value
+    return value
+
+
+def _abandon(pid: int, fd: int) -> None:
+    """Stop a worker whose result is no longer wanted (the link failed)."""
+    os.close(fd)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
