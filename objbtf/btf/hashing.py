@@ -82,46 +82,51 @@ class Hasher:
     def __init__(self, btf: Btf):
         self.btf = btf
         n = btf.next_id
-        self.names = [None] + [named_aggregate(t) for _, t in btf.own()]
+        names = [None] + [named_aggregate(t) for _, t in btf.own()]
+        self.named = bytearray(name is not None for name in names)
+        # What a reference to each type contributes: a named aggregate its
+        # name only, anything else its hash once known.
+        self.tokens: list[bytes | None] = [b'N' + name.encode() if name is not None else None
+                                           for name in names]
+        self.tokens[0] = b'V'
         self.hashes = [0] * n
         self.flags = bytearray(n)
         self._state = [0] * n          # 0 new, -1 in progress, 1 done
 
     def run(self) -> tuple[list[int], bytearray]:
+        state = self._state
         for type_id, _ in self.btf.own():
-            self._hash(type_id)
+            if not state[type_id]:
+                self._hash(type_id)
         return self.hashes, self.flags
 
-    def _ref(self, type_id: int) -> bytes:
-        """What a reference contributes: a named aggregate by name only."""
-        if type_id == 0:
-            return b'V'
-        name = self.names[type_id]
-        if name is not None:
-            return b'N' + name.encode()
-        return b'H' + self._hash(type_id).to_bytes(8, 'little')
-
-    def _hash(self, type_id: int) -> int:
-        state = self._state[type_id]
-        if state == 1:
-            return self.hashes[type_id]
-        if state == _IN_PROGRESS:            # a cycle without a named aggregate
+    def _token(self, type_id: int) -> bytes:
+        token = self.tokens[type_id]
+        if token is not None:
+            return token
+        if self._state[type_id] == _IN_PROGRESS:     # a cycle without a named aggregate
             self.flags[type_id] |= UNMERGEABLE
-            return type_id
+            return b'H' + type_id.to_bytes(8, 'little')
+        self._hash(type_id)
+        return self.tokens[type_id]
+
+    def _hash(self, type_id: int) -> None:
         self._state[type_id] = _IN_PROGRESS
         t = self.btf[type_id]
         parts = [_scalars(t).encode()]
         flag = UNMERGEABLE if t.kind in (Kind.VAR, Kind.DATASEC) else 0
+        named, flags = self.named, self.flags
         for ref in t.refs():
-            parts.append(self._ref(ref))
-            if ref and self.names[ref] is None:
-                flag |= self.flags[ref]
-        h = blake2b(b'\x1c'.join(parts), digest_size=8)
+            parts.append(self._token(ref))
+            if ref and not named[ref]:
+                flag |= flags[ref]
+        digest = blake2b(b'\x1c'.join(parts), digest_size=8).digest()
         if flag:
-            self.flags[type_id] |= flag
-        self.hashes[type_id] = int.from_bytes(h.digest(), 'little')
+            flags[type_id] |= flag
+        self.hashes[type_id] = int.from_bytes(digest, 'little')
+        if not named[type_id]:
+            self.tokens[type_id] = b'H' + digest
         self._state[type_id] = 1
-        return self.hashes[type_id]
 
 
 def type_hashes(btf: Btf) -> tuple[list[int], bytearray]:
