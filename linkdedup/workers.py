@@ -57,8 +57,10 @@ def run_sharded(task: Callable[[range], T], sizes: Sequence[int], jobs: int,
     parts = shards(sizes, min(jobs, sum(sizes) // min_share))
     if len(parts) == 1 or not hasattr(os, 'fork'):
         return [task(r) for r in parts]
-    pending = [_fork(task, r) for r in parts[1:]]
+    pending: list[tuple[int, int]] = []
     try:
+        for r in parts[1:]:
+            pending.append(_fork(task, r))
         results = [task(parts[0])]
         while pending:
             results.append(_collect(*pending.pop(0)))
@@ -72,12 +74,18 @@ def _fork(task: Callable[[range], T], shard: range) -> tuple[int, int]:
     """A process that runs ``task(shard)`` and writes (ok, result or
     exception) to the pipe whose reading end is returned with its pid."""
     r, w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        raise
     if pid:
         os.close(w)
         return pid, r
-    os.close(r)
+    code = 1
     try:
+        os.close(r)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             payload = pickle.dumps((True, task(shard)), pickle.HIGHEST_PROTOCOL)
@@ -85,8 +93,9 @@ def _fork(task: Callable[[range], T], shard: range) -> tuple[int, int]:
             payload = pickle.dumps((False, _picklable(err)), pickle.HIGHEST_PROTOCOL)
         with os.fdopen(w, 'wb') as out:
             out.write(payload)
+        code = 0
     finally:
-        os._exit(0)
+        os._exit(code)     # never back into the parent's code, nor its exit handlers
 
 
 def _picklable(err: Exception) -> Exception:
@@ -102,8 +111,8 @@ def _collect(pid: int, fd: int) -> object:
     with os.fdopen(fd, 'rb') as src:
         payload = src.read()
     _, status = os.waitpid(pid, 0)
-    if not payload:
-        code = os.waitstatus_to_exitcode(status)
+    code = os.waitstatus_to_exitcode(status)
+    if code or not payload:
         how = f'signal {-code}' if code < 0 else f'exit code {code}'
         raise WorkerError(f'a link worker (pid {pid}) ended with {how} and no result')
     ok, value = pickle.loads(payload)
