@@ -71,8 +71,8 @@ def canonical_order(blobs: list[Blob], sidecars: list) -> list[Blob]:
 
     The key is a digest of the blob's type hashes (its ``.BTF.objbtf``
     chunk), which describe its types without the offsets the link relocated,
-    and without reading the blob itself.  Blobs with the same hashes (and
-    the chunks that merge nothing, which have none) keep their link order.
+    and without reading the blob itself.  Blobs with the same hashes keep
+    their link order.
     """
     def key(b: Blob) -> tuple:
         return blake2b(sidecars[b.index].hashes, digest_size=16).digest(), b.index
