@@ -282,3 +282,26 @@ def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
     assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
     assert sections(build / 'vmlinux')['.BTF'][0] == clean
     assert {ko: sections(ko)['.BTF'][0] for ko in modules} == clean_kos
+
+
+@pytest.mark.kernel
+def test_link_flags_relink_and_compile_nothing(kbuild, modules):
+    """OBJBTF_LINK_FLAGS reaches vmlinux's link and every module's: setting
+    it relinks them (it is in their saved command lines) and compiles no
+    object; -j 1 gives the same BTF as the default -j."""
+    src, build = kbuild
+    btf = sections(build / 'vmlinux')['.BTF'][0]
+    kos = {ko: (sections(ko)['.BTF'][0], ko.stat().st_mtime_ns) for ko in modules}
+    members = [build / m for m in run('ar', 't', build / 'vmlinux.a').stdout.split()]
+    compiled = {m: m.stat().st_mtime_ns for m in members}
+    vmlinux_mtime = (build / 'vmlinux').stat().st_mtime_ns
+
+    make(src, build, 'OBJBTF_LINK_FLAGS=-j 1', 'vmlinux', 'modules')
+    assert "OBJBTF_LINK_FLAGS='-j 1'" in (build / '.vmlinux.cmd').read_text()
+    assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
+    assert sections(build / 'vmlinux')['.BTF'][0] == btf
+    for ko, (ko_btf, mtime) in kos.items():
+        assert '-j 1' in (ko.parent / f'.{ko.name}.cmd').read_text()
+        assert ko.stat().st_mtime_ns > mtime
+        assert sections(ko)['.BTF'][0] == ko_btf
+    assert {m: m.stat().st_mtime_ns for m in members} == compiled
