@@ -3,20 +3,25 @@
 
 For every kernel object (host programs under scripts/ and tools/ left out;
 or every Nth with --every), on copies so the build tree stays pristine, this
-measures the CPU time of:
+measures the CPU time (user + system, children included) of:
   - the compiler, re-running the object's own saved Kbuild command (gcc only,
     objtool excluded) with its output sent to a temporary file;
-  - ``objbtf encode`` as Kbuild would run it: one process per object;
+  - ``objbtf encode`` as Kbuild would run it: one command per object, from a
+    plain install in bench/.venv; with a resident server, the CPU of the
+    server's work for it counts too (accounting.py: the server is reparented
+    to this process, and its tree's CPU is read before and after);
   - ``pahole -J`` on the same object.
-It prints the ratios and appends them to bench/RESULTS.md with the command.
+The three take turns object by object, in the reverse order on every other
+object.  It prints the ratios, over all objects and the median of the
+per-object ones, and appends them to bench/RESULTS.md with the command.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import resource
 import shlex
+import statistics
 import shutil
 import subprocess
 import sys
@@ -26,20 +31,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
+from accounting import become_subreaper, server_supported, settle_servers, tree_cpu  # noqa: E402
+from install import clean_env, installed_objbtf  # noqa: E402
 from kernel_tree import objects  # noqa: E402
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
-
-
-def child_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+TOOLS = ('compile', 'objbtf', 'pahole')
 
 
 def timed(cmd: list[str], **kw) -> float | None:
-    """CPU seconds the command took (user + system), None if it failed."""
-    before = child_cpu()
+    """CPU seconds the command took (user + system, with all it started,
+    a resident server's work included), None if it failed."""
+    before = tree_cpu()
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
-    return child_cpu() - before if r.returncode == 0 else None
+    return tree_cpu() - before if r.returncode == 0 else None
 
 
 def compile_command(build: Path, obj: Path, out: Path) -> list[str] | None:
@@ -63,72 +67,86 @@ def compile_command(build: Path, obj: Path, out: Path) -> list[str] | None:
     return fixed
 
 
-def installed_objbtf() -> str:
-    """objbtf installed from this tree into bench/.venv, as a user installs it.
-
-    Not the development install: an editable install's import hook, and
-    wrappers such as pyenv's shims, add start-up time a user does not pay.
-    """
-    venv = HERE / '.venv'
-    if not (venv / 'bin' / 'pip').exists():
-        subprocess.run([sys.executable, '-m', 'venv', str(venv)], check=True)
-    subprocess.run([str(venv / 'bin' / 'pip'), 'install', '-q', str(HERE.parent)], check=True)
-    return str(venv / 'bin' / 'objbtf')
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--every', type=int, default=1, help='measure every Nth object (default: all)')
     ap.add_argument('--build', type=Path, help='kernel O= tree (default: build-kernel.sh)')
+    ap.add_argument('--kernel-modules', action='store_true',
+                    help='the modules-heavy configuration (build-kernel.sh --modules)')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
-    build = args.build or Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True,
-                                              capture_output=True, text=True).stdout.strip())
+    build = args.build or Path(subprocess.run(
+        ['bash', str(KERNEL_SCRIPT), *(['--modules'] if args.kernel_modules else [])],
+        check=True, capture_output=True, text=True).stdout.strip())
+    become_subreaper()
     objbtf = installed_objbtf()
-    env = dict(os.environ)
-    env.pop('PYTHONDONTWRITEBYTECODE', None)      # an installed tool keeps its .pyc
-    subprocess.run([objbtf, '--help'], env=env, stdout=subprocess.DEVNULL, check=True)
     objs = objects(build)[::args.every]
-    totals = {'compile': 0.0, 'objbtf': 0.0, 'pahole': 0.0}
-    measured = skipped = 0
-    start = time.time()
+    cpu: dict[str, list[float]] = {t: [] for t in TOOLS}
+    skipped = 0
+    start, load = time.time(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / 'server.log'
+        env = clean_env(OBJBTF_SERVER_LOG=str(log))
+        subprocess.run([objbtf, '--help'], env=env, stdout=subprocess.DEVNULL, check=True)
         for i, obj in enumerate(objs):
             work = Path(d) / 'o.o'
             cmd = compile_command(build, obj, Path(d) / 'c.o')
             if cmd is None:
                 continue
-            c = timed(cmd, cwd=build)
-            shutil.copyfile(obj, work)
-            e = timed([objbtf, 'encode', '-q', str(work)], env=env)
-            shutil.copyfile(obj, work)
-            p = timed(['pahole', '-J', '--btf_gen_floats', str(work)])
-            if None in (c, e, p):       # pahole cannot read the real-mode objects
+            got = {}
+            for tool in (TOOLS if i % 2 == 0 else TOOLS[::-1]):
+                if tool == 'compile':
+                    got[tool] = timed(cmd, cwd=build)
+                    continue
+                shutil.copyfile(obj, work)
+                got[tool] = timed([objbtf, 'encode', '-q', str(work)] if tool == 'objbtf' else
+                                  ['pahole', '-J', '--btf_gen_floats', str(work)], env=env)
+            if None in got.values():        # pahole cannot read the real-mode objects
                 skipped += 1
                 continue
-            totals['compile'] += c
-            totals['objbtf'] += e
-            totals['pahole'] += p
-            measured += 1
+            for tool in TOOLS:
+                cpu[tool].append(got[tool])
             if sys.stderr.isatty():
                 print(f'\r{i + 1}/{len(objs)} {obj.relative_to(build)}'[:78].ljust(78),
                       end='', file=sys.stderr)
+        before = tree_cpu()
+        servers = settle_servers([objbtf] if server_supported([objbtf], env) else None,
+                                 Path.cwd(), env, log)
+        idle = tree_cpu() - before - servers.stop_cpu     # the server's, after the last object
     if sys.stderr.isatty():
         print(file=sys.stderr)
-    report = (f'objects measured: {measured} (every {args.every}; {skipped} skipped: a tool failed), wall {time.time() - start:.0f} s\n'
-              f'compile CPU {totals["compile"]:.1f} s, objbtf encode CPU {totals["objbtf"]:.1f} s, '
-              f'pahole -J CPU {totals["pahole"]:.1f} s\n'
-              f'objbtf / compile = {totals["objbtf"] / totals["compile"]:.3f} (goal <= 0.10); '
-              f'objbtf / pahole = {totals["objbtf"] / totals["pahole"]:.2f}; '
-              f'per object: objbtf {1000 * totals["objbtf"] / measured:.0f} ms, '
-              f'pahole {1000 * totals["pahole"] / measured:.0f} ms, '
-              f'compile {1000 * totals["compile"] / measured:.0f} ms')
+    report = summary(cpu, skipped, args.every, time.time() - start, idle, servers.as_dict())
+    report += f'\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end'
+
     print(report)
     if not args.no_record:
-        cmdline = 'python3 bench/encode_bench.py' + (f' --every {args.every}' if args.every > 1 else '')
+        cmdline = shlex.join(['python3', 'bench/encode_bench.py', *sys.argv[1:]])
         with open(HERE / 'RESULTS.md', 'a') as f:
             f.write(f'\n## encode, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{cmdline}`\n\n```\n{report}\n```\n')
     return 0
+
+
+def summary(cpu: dict[str, list[float]], skipped: int, every: int, wall: float, idle: float,
+            servers: dict) -> str:
+    """The report: totals, ratios over all objects and per object."""
+    n = len(cpu['objbtf'])
+    total = {t: sum(v) for t, v in cpu.items()}
+    total['objbtf'] += idle
+    per_object = {peer: statistics.median(o / p for o, p in zip(cpu['objbtf'], cpu[peer]) if p > 0)
+                  for peer in ('compile', 'pahole')}
+    server = (f'resident server: {servers["processes"]} process(es), {servers["requests"]} requests, '
+              f'{idle:.1f} s of its CPU after the last object (counted); '
+              f'{"; ".join(servers["problems"]) or "accounting checked"}\n'
+              if servers['processes'] else 'no resident server\n')
+    return (f'objects measured: {n} (every {every}; {skipped} skipped: a tool failed), wall {wall:.0f} s\n'
+            f'compile CPU {total["compile"]:.1f} s, objbtf encode CPU {total["objbtf"]:.1f} s, '
+            f'pahole -J CPU {total["pahole"]:.1f} s\n' + server +
+            f'objbtf / compile = {total["objbtf"] / total["compile"]:.3f} (goal <= 0.03), '
+            f'median per object {per_object["compile"]:.3f}\n'
+            f'objbtf / pahole = {total["objbtf"] / total["pahole"]:.2f} (goal <= 2), '
+            f'median per object {per_object["pahole"]:.2f}\n'
+            f'per object: objbtf {1000 * total["objbtf"] / n:.0f} ms, '
+            f'pahole {1000 * total["pahole"] / n:.0f} ms, compile {1000 * total["compile"] / n:.0f} ms')
 
 
 if __name__ == '__main__':

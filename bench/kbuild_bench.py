@@ -1,109 +1,459 @@
 #!/usr/bin/env python3
-"""A whole kernel build with objbtf against the stock build (pahole), in one run.
+"""Whole kernel builds with objbtf against the stock build (pahole), alternating.
 
-One copy of the Linux 6.1 source, patched with kbuild-integration/apply, and
-two O= build directories configured as the reference kernel: one built with
-``make OBJBTF=objbtf`` (objbtf installed plainly in bench/.venv, or $OBJBTF),
-one with ``OBJBTF=`` (the stock way, with pahole: the patches change nothing
-then). For each: ``make -jN vmlinux modules`` from scratch (wall and CPU
-time), then, after touching one .c file, the rebuild (wall and CPU). Appends
-the figures to bench/RESULTS.md with the command. About 35 minutes on 2 cores.
+One copy of the Linux 6.1 source (from /usr/src/linux-source-6.1.tar.xz),
+patched with kbuild-integration/apply, and one O= build directory per
+variant and configuration, all at the same path depth and name length
+(WORK/CONFIG/0, WORK/CONFIG/1, ...), so that no variant's strings are longer.
+The variants:
+
+  stock    make OBJBTF=                    the stock build, with pahole
+  objbtf   make OBJBTF=<objbtf>            per-object BTF
+  NAME     --variant 'NAME=MAKE ARGS'      any other, e.g. the DWARF-less build:
+           --gbtf is --variant 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
+
+``{objbtf}`` in make arguments is the objbtf under test: --objbtf-tree (default
+this checkout) installed into WORK/venv, as a user installs it; with a
+resident server, the quick client that ``objbtf server command`` prints.  A
+variable the patched Kbuild never mentions is refused (e.g. OBJBTF_GBTF
+before the DWARF-less switch exists).  Each variant's make arguments also
+go to its ``configure`` (Kconfig may read them).
+
+Configurations: ``reference`` (shared/corpus/kernel-btf.config, as
+build-kernel.sh) and ``modules`` (plus kernel-modules.config: about 120 more
+small modules).  Steps, each ``make -jN VARIANT vmlinux modules``:
+
+  full     from a freshly configured, empty O= directory
+  vmlinux  after touching --touch (kernel/fork.c)
+  module   after touching --touch-module (drivers/net/veth.c, a module of both)
+
+Every round runs, per configuration, one turn of full builds and --rebuilds
+turns of each rebuild; a turn runs every variant once, each turn in the
+reverse order of the one before (A B, B A, ...), so that a drift of the
+machine's speed falls on all variants alike.  Each build records its wall
+time, its CPU (user + system of every process it started, objbtf's resident
+server included: see accounting.py), the size of its O= tree, the CPU other
+processes used meanwhile, and its phases (compile, the vmlinux link chain,
+the modules' final links: times of make's output lines) for the projection
+to 8, 32 and 64 CPUs (MODEL.md).  Records go to WORK/records.jsonl as they
+come; the report (medians, ratios to the first variant, whether each can be
+trusted: trust.py) is printed and appended to --results with the command
+line and the machine's state.  --from-records reports on an earlier run's
+records, finished or not.
+
+About 25 minutes per round and configuration for two variants on 2 quiet
+CPUs; far more on a shared machine, whose figures the report flags.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
-import resource
+import platform
+import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from encode_bench import installed_objbtf
+from accounting import (become_subreaper, machine_cpu, own_cpu, server_supported,
+                        settle_servers, stop_servers, tree_cpu)
+from install import clean_env, installed_objbtf
+from projection import PHASES, Phase, build_wall
+from trust import OTHERS_LIMIT, doubts, paired_ratio
 
 HERE = Path(__file__).resolve().parent
-INTEGRATION = HERE.parent / 'kbuild-integration'
-PRISTINE = Path(os.environ.get('OBJBTF_KERNEL_DIR', '/var/cache/objbtf/kernel-6.1')) / 'linux'
+CORPUS = HERE.parent.parent / 'shared' / 'corpus'
 TARBALL = Path('/usr/src/linux-source-6.1.tar.xz')
+CONFIGS = {'reference': ('kernel-btf.config',),
+           'modules': ('kernel-btf.config', 'kernel-modules.config')}
+STEPS = ('full', 'vmlinux', 'module')
+GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
+PROJECT_CPUS = (8, 32, 64)
+#: Kbuild's quiet output: "  CC      kernel/fork.o", "  LD [M]  drivers/net/veth.ko".
+COMMAND_LINE = re.compile(r'^  [A-Z][A-Z0-9_]*( \[M\])? +\S')
+#: The first command of the vmlinux link chain (AR vmlinux.a in 6.1).
+CHAIN_START = re.compile(r'\s(vmlinux\.a|vmlinux\.o|\.tmp_vmlinux\S*|vmlinux)$')
+#: The modules' final links wait for vmlinux.
+MODULE_FINAL = re.compile(r'\S\.ko$')
 
 
-def child_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+@dataclass
+class Build:
+    """One measured make."""
+    config: str
+    variant: str
+    step: str
+    round: int
+    turn: int
+    wall: float
+    cpu: float
+    tree_mb: float
+    others_cpu: float
+    load_before: float
+    phases: dict[str, list[float]] = field(default_factory=dict)  # name -> [wall, cpu, commands]
+    servers: dict = field(default_factory=dict)
 
 
-def machine_cpu() -> float:
-    """CPU seconds the whole machine has been busy (/proc/stat)."""
-    with open('/proc/stat') as f:
-        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf('SC_CLK_TCK')
+def variants_from(specs: list[str], objbtf: str) -> dict[str, list[str]]:
+    """NAME -> make arguments, stock first."""
+    variants = {'stock': ['OBJBTF='], 'objbtf': [f'OBJBTF={objbtf}']}
+    for spec in specs:
+        name, sep, args = spec.partition('=')
+        if not sep or not re.fullmatch(r'[A-Za-z0-9_-]+', name) or name in variants:
+            sys.exit(f'kbuild_bench: --variant {spec!r}: want NEW_NAME=MAKE ARGS')
+        variants[name] = [a.replace('{objbtf}', objbtf) for a in shlex.split(args)]
+    return variants
 
 
-def timed_make(src: Path, build: Path, jobs: int, *args: str) -> tuple[float, float, float]:
-    """(wall, CPU, CPU of other processes meanwhile) seconds of one make run,
-    which must succeed."""
-    cpu, busy, wall = child_cpu(), machine_cpu(), time.monotonic()
-    subprocess.run(['make', '-C', str(src), f'O={build}', f'-j{jobs}', *args, 'vmlinux', 'modules'],
-                   check=True, stdout=subprocess.DEVNULL)
-    cpu = child_cpu() - cpu
-    return time.monotonic() - wall, cpu, machine_cpu() - busy - cpu
+def check_variables(src: Path, variants: dict[str, list[str]]) -> None:
+    """Every make variable a variant sets must be one the patched Kbuild reads."""
+    for name, args in variants.items():
+        for arg in args:
+            var = arg.partition('=')[0]
+            found = subprocess.run(['grep', '-rqw', '--', var, 'Makefile', 'scripts', 'lib/Kconfig.debug',
+                                    'init/Kconfig'], cwd=src)
+            if found.returncode != 0:
+                sys.exit(f'kbuild_bench: variant {name}: the Kbuild integration has no make '
+                         f'variable {var} (has the change that adds it landed?)')
 
 
-def source_tree(dest: Path) -> Path:
-    if PRISTINE.is_dir():
-        shutil.copytree(PRISTINE, dest, symlinks=True)
-    else:
-        dest.mkdir()
-        subprocess.run(['tar', '-xf', str(TARBALL), '-C', str(dest), '--strip-components=1'],
-                       check=True)
-    subprocess.run([str(INTEGRATION / 'apply'), str(dest)], check=True, stdout=subprocess.DEVNULL)
-    return dest
+def source_tree(work: Path, integration: Path) -> Path:
+    """WORK/linux: the 6.1 source with the integration applied, reused while
+    the patches are the same."""
+    src = work / 'linux'
+    patches = sorted((integration / 'linux-6.1').glob('*.patch'))
+    digest = hashlib.sha256(b''.join(p.read_bytes() for p in patches)).hexdigest()
+    stamp = work / 'linux.patches'
+    if src.is_dir() and stamp.exists() and stamp.read_text() == digest:
+        return src
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    subprocess.run(['tar', '-xf', str(TARBALL), '-C', str(src), '--strip-components=1'], check=True)
+    subprocess.run([str(integration / 'apply'), str(src)], check=True, stdout=subprocess.DEVNULL)
+    stamp.write_text(digest)
+    return src
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('-j', '--jobs', type=int, default=2)
-    ap.add_argument('--touch', default='kernel/fork.c', help='source file touched before the rebuild')
-    ap.add_argument('--work', type=Path, help='work directory (default: a temporary one, removed)')
+def configure(integration: Path, src: Path, build: Path, fragment: Path, args: list[str]) -> None:
+    """An empty, configured O= directory; the variant's make arguments go to
+    configure's makes too (Kconfig may read them)."""
+    shutil.rmtree(build, ignore_errors=True)
+    subprocess.run([str(integration / 'configure'), str(src), str(build), str(fragment), *args],
+                   check=True, env=clean_env(), stdout=subprocess.DEVNULL)
+
+
+def fragment_of(work: Path, config: str) -> Path:
+    """One config fragment holding the configuration's fragments in order."""
+    path = work / f'{config}.config'
+    path.write_text(''.join((CORPUS / f).read_text() for f in CONFIGS[config]))
+    return path
+
+
+def tree_mb(build: Path) -> float:
+    out = subprocess.run(['du', '-s', '-B1', str(build)], check=True, capture_output=True,
+                         text=True).stdout
+    return int(out.split()[0]) / 1e6
+
+
+class Timeline:
+    """Phases of one make, from the times of its output lines."""
+
+    def __init__(self, log):
+        self.log = log
+        self.start = time.monotonic()
+        self.marks: list[tuple[str, float, float]] = [('compile', 0.0, 0.0)]  # phase, t, cpu
+        self.commands = {name: 0 for name in PHASES}
+
+    def line(self, text: str, cpu0: float) -> None:
+        now = time.monotonic() - self.start
+        self.log.write(f'{now:9.2f} {text}\n')
+        current = self.marks[-1][0]
+        if current == 'compile' and CHAIN_START.search(text):
+            self.marks.append(('link', now, tree_cpu() - cpu0))
+        if current != 'modules' and MODULE_FINAL.search(text):
+            self.marks.append(('modules', now, tree_cpu() - cpu0))
+        if COMMAND_LINE.match(text):
+            self.commands[self.marks[-1][0]] += 1
+
+    def phases(self, wall: float, cpu: float) -> dict[str, list[float]]:
+        ends = self.marks[1:] + [('', wall, cpu)]
+        return {name: [round(e_t - t, 3), round(e_cpu - c, 3), self.commands[name]]
+                for (name, t, c), (_, e_t, e_cpu) in zip(self.marks, ends)}
+
+
+class BuildFailed(Exception):
+    pass
+
+
+def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str, str],
+               objbtf_cmd: list[str] | None, log: Path) -> tuple[float, float, float, dict, dict]:
+    """(wall, CPU, others' CPU, phases, servers) of one make, which must succeed."""
+    if objbtf_cmd is not None:              # no server left from an earlier run serves this one
+        stop_servers(objbtf_cmd, build, env)
+    server_log = log.with_suffix('.server')
+    server_log.unlink(missing_ok=True)
+    env = dict(env, OBJBTF_SERVER_LOG=str(server_log))
+    cpu0, busy0, self0 = tree_cpu(), machine_cpu(), own_cpu()
+    with open(log, 'w', buffering=1) as out, open(log.with_suffix('.err'), 'w') as err:
+        timeline = Timeline(out)
+        proc = subprocess.Popen(['make', '-C', str(src), f'O={build}', f'-j{jobs}', *args,
+                                 'vmlinux', 'modules'], stdout=subprocess.PIPE, stderr=err,
+                                env=env)
+        for raw in proc.stdout:
+            timeline.line(raw.decode(errors='replace').rstrip('\n'), cpu0)
+        status = proc.wait()
+        wall = time.monotonic() - timeline.start
+    if status != 0:
+        raise BuildFailed(f'make in {build} failed (exit {status}); see {log.with_suffix(".err")}')
+    servers = settle_servers(objbtf_cmd, build, env, server_log)
+    cpu = tree_cpu() - cpu0 - servers.stop_cpu
+    others = machine_cpu() - busy0 - cpu - servers.stop_cpu - (own_cpu() - self0)
+    return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict()
+
+
+def machine_state(objbtf_tree: Path, jobs: int) -> str:
+    def first_line(cmd: list[str]) -> str:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        return (r.stdout or r.stderr).splitlines()[0] if r.returncode == 0 else 'missing'
+
+    with open('/proc/cpuinfo') as f:
+        model = next((line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), '?')
+    with open('/proc/meminfo') as f:
+        mem = int(f.readline().split()[1]) / 2**20
+    commit = first_line(['git', '-C', str(objbtf_tree), 'describe', '--always', '--dirty'])
+    return (f'{len(os.sched_getaffinity(0))} CPUs ({model}), {mem:.0f} GB, Linux {platform.release()}; '
+            f'make -j{jobs}; nice {os.nice(0)}; load average at start '
+            f'{" ".join(f"{x:.2f}" for x in os.getloadavg())}; {first_line(["gcc", "--version"])}; '
+            f'pahole {first_line(["pahole", "--version"])}; objbtf from {objbtf_tree} at {commit}')
+
+
+def run(opts, work: Path, records: Path) -> dict:
+    """Run every build; the run's description for the report."""
+    integration = opts.objbtf_tree / 'kbuild-integration'
+    objbtf = installed_objbtf(opts.objbtf_tree, work / 'venv')
+    env = clean_env(LC_ALL='C')
+    resident = server_supported([objbtf], env)
+    command = objbtf
+    if resident:
+        command = subprocess.run([objbtf, 'server', 'command'], check=True, capture_output=True,
+                                 text=True, env=env).stdout.strip()
+    variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), command)
+    src = source_tree(work, integration)
+    check_variables(src, variants)
+    objbtf_cmd = [objbtf] if resident else None
+    described = {'machine': machine_state(opts.objbtf_tree, opts.jobs), 'command': command_line(),
+                 'variants': {name: shlex.join(args) for name, args in variants.items()},
+                 'resident': resident, 'jobs': opts.jobs, 'touch': opts.touch,
+                 'touch_module': opts.touch_module, 'records': str(records)}
+    records.write_text(json.dumps({'run': described}) + '\n')
+    (work / 'logs').mkdir(exist_ok=True)
+    names = list(variants)
+    failed: set[str] = set()
+    for rnd in range(opts.rounds):
+        for config in opts.config:
+            fragment = fragment_of(work, config)
+            builds = {name: work / config / str(i) for i, name in enumerate(names)}
+            turns = {'full': 1, 'vmlinux': opts.rebuilds, 'module': opts.rebuilds}
+            for step in STEPS:
+                for k in range(turns[step]):
+                    turn = rnd * turns[step] + k
+                    if step == 'full':
+                        for name in names:
+                            configure(integration, src, builds[name], fragment, variants[name])
+                    else:
+                        os.utime(src / (opts.touch if step == 'vmlinux' else opts.touch_module))
+                    for name in (names if turn % 2 == 0 else names[::-1]):
+                        log = work / 'logs' / f'{config}-{step}-{turn}-{name}.log'
+                        if name in failed:
+                            continue
+                        load = os.getloadavg()[0]
+                        try:
+                            wall, cpu, others, phases, servers = timed_make(
+                                src, builds[name], opts.jobs, variants[name], env, objbtf_cmd, log)
+                        except BuildFailed as err:    # the other variants go on
+                            failed.add(name)
+                            print(f'kbuild_bench: variant {name} dropped: {err}', file=sys.stderr)
+                            with open(records, 'a') as f:
+                                f.write(json.dumps({'failed': name, 'why': str(err)}) + '\n')
+                            continue
+                        b = Build(config, name, step, rnd, turn, round(wall, 3), round(cpu, 3),
+                                  round(tree_mb(builds[name]), 1), round(others, 3), load,
+                                  phases, servers)
+                        print(f'{config} {step} turn {turn} {name}: wall {wall:.1f} s, '
+                              f'CPU {cpu:.1f} s, others {others:.1f} s', file=sys.stderr)
+                        with open(records, 'a') as f:
+                            f.write(json.dumps(asdict(b)) + '\n')
+    return described
+
+
+def read_records(path: Path) -> tuple[dict, list[Build]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    described = dict(lines[0]['run'], failed=[r for r in lines[1:] if 'failed' in r])
+    return described, [Build(**r) for r in lines[1:] if 'failed' not in r]
+
+
+def report(described: dict, builds: list[Build]) -> str:
+    """The figures, ratios to the first variant, trust and projection."""
+    names = list(described['variants'])
+    cpus = len(os.sched_getaffinity(0))
+    out = []
+    for config in CONFIGS:
+        mine = [b for b in builds if b.config == config]
+        if not mine:
+            continue
+        out.append(f'{config} configuration ({" + ".join(CONFIGS[config])}), make -j{described["jobs"]} '
+                   f'vmlinux modules; medians, ratios to {names[0]} per turn: median (range)')
+        out.append(f'{"step":8} {"variant":8} {"turns":>5} {"wall s":>8} {"CPU s":>8} {"tree MB":>8} '
+                   f'{"others":>7}  {"wall ratio":>16} {"CPU ratio":>16} {"size":>5}')
+        verdicts, projection, loaded = [], [], []
+        for step in STEPS:
+            by_name = {n: sorted((b for b in mine if b.step == step and b.variant == n),
+                                 key=lambda b: b.turn) for n in names}
+            base = by_name[names[0]]
+            if not base:
+                continue
+            for name in names:
+                runs = by_name[name]
+                if not runs:
+                    continue
+                others = sum(b.others_cpu for b in runs) / sum(b.wall * cpus for b in runs)
+                line = (f'{step:8} {name:8} {len(runs):5} {med(runs, "wall"):8.1f} '
+                        f'{med(runs, "cpu"):8.1f} {med(runs, "tree_mb"):8.0f} {100 * others:6.0f}%')
+                paired = [(b, o) for b in base for o in runs if o.turn == b.turn]
+                if name != names[0] and paired:
+                    ratios = {key: paired_ratio([getattr(b, key) for b, _ in paired],
+                                                [getattr(o, key) for _, o in paired])
+                              for key in ('wall', 'cpu', 'tree_mb')}
+                    line += (f'  {str(ratios["wall"]):>16} {str(ratios["cpu"]):>16} '
+                             f'{ratios["tree_mb"].median:5.2f}')
+                    both = [x for pair in paired for x in pair]
+                    share = sum(b.others_cpu for b in both) / sum(b.wall * cpus for b in both)
+                    for key in ('wall', 'cpu'):
+                        why = doubts(ratios[key], share)
+                        verdicts.append(f'{step} {key} {name}/{names[0]} {ratios[key].median:.2f}: '
+                                        + ('NOT trustworthy: ' + '; '.join(why) if why else 'trustworthy'))
+                out.append(line)
+                problems = sorted({p for b in runs for p in b.servers.get('problems', [])})
+                served = [b.servers for b in runs if b.servers.get('processes')]
+                if served:
+                    out.append(f'{"":17} resident server: {statistics.median(s["cpu"] for s in served):.1f} s '
+                               f'CPU (logged {statistics.median(s["logged_cpu"] for s in served):.1f} s), '
+                               f'{statistics.median(s["requests"] for s in served):.0f} requests per build')
+                out += [f'{"":17} server accounting: {p}' for p in problems]
+                projection.append((step, name, median_phases(runs)))
+                if others > OTHERS_LIMIT:
+                    loaded.append(f'{step} {name} ({100 * others:.0f}%)')
+        out += ['', 'Can the ratios be trusted (bench/trust.py)?']
+        out += [f'  {v}' for v in verdicts] or ['  no ratio: no turn has measured two variants yet']
+        out += ['', 'Projected wall s on N CPUs (bench/MODEL.md), from the medians of each phase: '
+                    'c(ompile), l(ink chain), m(odules)']
+        out += projection_table(projection, names, described['jobs'])
+        if loaded:
+            out.append('NOT trustworthy: other processes used the machine during ' + ', '.join(loaded)
+                       + '; waiting makes a phase look serial (MODEL.md)')
+        out.append('')
+    out += [f'variant {r["failed"]} dropped: {r["why"]}' for r in described.get('failed', [])]
+    return '\n'.join(out).rstrip()
+
+
+def med(runs: list[Build], key: str) -> float:
+    return statistics.median(getattr(b, key) for b in runs)
+
+
+def median_phases(runs: list[Build]) -> dict[str, Phase]:
+    """Each phase's median wall, CPU and command count over the runs."""
+    phases = {}
+    for p in PHASES:
+        got = [b.phases[p] for b in runs if p in b.phases]
+        if got:
+            phases[p] = Phase(*(statistics.median(x[i] for x in got) for i in range(3)))
+    return phases
+
+
+def projection_table(rows: list[tuple[str, str, dict[str, Phase]]], names: list[str],
+                     jobs: int) -> list[str]:
+    out = [f'{"step":8} {"variant":8} {"phases: wall/CPU s":>30} {"sum":>7}'
+           + ''.join(f' {f"N={n}":>7}' for n in PROJECT_CPUS)]
+    walls: dict[tuple[str, str], list[float]] = {}
+    for step, name, phases in rows:
+        if not phases:
+            continue
+        shown = ' '.join(f'{name[0]} {short(p.wall)}/{short(p.cpu)}' for name, p in phases.items())
+        walls[step, name] = [build_wall(phases, jobs, n) for n in PROJECT_CPUS]
+        out.append(f'{step:8} {name:8} {shown:>30} {sum(p.wall for p in phases.values()):7.1f}'
+                   + ''.join(f' {w:7.1f}' for w in walls[step, name]))
+    for (step, name), w in walls.items():
+        base = walls.get((step, names[0]))
+        if name != names[0] and base:
+            out.append(f'{step:8} {f"{name}/{names[0]}":17} {"":>30}'
+                       + ''.join(f' {a / b:7.2f}' for a, b in zip(w, base)))
+    return out
+
+
+def command_line() -> str:
+    return shlex.join(['python3', 'bench/kbuild_bench.py', *sys.argv[1:]])
+
+
+def short(seconds: float) -> str:
+    return f'{seconds:.0f}' if seconds >= 10 else f'{seconds:.1f}'
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--config', action='append', choices=list(CONFIGS),
+                    help='configuration to build (repeatable; default: both)')
+    ap.add_argument('--rounds', type=int, default=3, help='rounds (default 3)')
+    ap.add_argument('--rebuilds', type=int, default=2,
+                    help='turns of each rebuild step per round (default 2)')
+    ap.add_argument('-j', '--jobs', type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument('--touch', default='kernel/fork.c', help='vmlinux source touched for the vmlinux step')
+    ap.add_argument('--touch-module', default='drivers/net/veth.c',
+                    help='module source touched for the module step')
+    ap.add_argument('--variant', action='append', default=[], metavar="'NAME=MAKE ARGS'",
+                    help='another variant ({objbtf} is the objbtf under test)')
+    ap.add_argument('--gbtf', action='store_true', help=f"add the DWARF-less build: --variant '{GBTF}'")
+    ap.add_argument('--objbtf-tree', type=Path, default=HERE.parent,
+                    help='checkout whose objbtf and kbuild-integration are measured (default: this one)')
+    ap.add_argument('--work', type=Path, default=Path('/var/tmp/kbuild-bench'),
+                    help='work directory, kept for reruns (default /var/tmp/kbuild-bench)')
+    ap.add_argument('--results', type=Path, default=HERE / 'RESULTS.md',
+                    help='file the report is appended to (default bench/RESULTS.md)')
+    ap.add_argument('--from-records', type=Path, metavar='JSONL',
+                    help='report on the records of an earlier run instead of building')
     opts = ap.parse_args()
-
-    work = opts.work or Path(tempfile.mkdtemp(prefix='kbuild-bench-'))
-    objbtf = os.environ.get('OBJBTF') or installed_objbtf()
-    variants = {'objbtf': [f'OBJBTF={objbtf}'], 'stock (pahole)': ['OBJBTF=']}
-    try:
-        src = source_tree(work / 'linux')
-        builds = {name: work / f'build-{i}' for i, name in enumerate(variants)}
-        for build in builds.values():
-            subprocess.run([str(INTEGRATION / 'configure'), str(src), str(build)], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        full = {name: timed_make(src, builds[name], opts.jobs, *args) for name, args in variants.items()}
-        (src / opts.touch).touch()
-        rebuild = {name: timed_make(src, builds[name], opts.jobs, *args) for name, args in variants.items()}
-    finally:
-        if opts.work is None:
-            shutil.rmtree(work, ignore_errors=True)
-
-    lines = [f'make -j{opts.jobs} vmlinux modules, Linux 6.1, reference config (tinyconfig + BTF + 3 modules)',
-             f'{"":16} {"full wall":>10} {"full CPU":>10} {"rebuild wall":>13} {"rebuild CPU":>12}'
-             f'   (rebuild: after touching {opts.touch})']
-    for name in variants:
-        lines.append(f'{name:16} {full[name][0]:9.0f}s {full[name][1]:9.0f}s '
-                     f'{rebuild[name][0]:12.1f}s {rebuild[name][1]:11.1f}s')
-    lines.append('CPU used by other processes meanwhile: '
-                 + ', '.join(f'{name} {full[name][2]:.0f}s (full), {rebuild[name][2]:.1f}s (rebuild)'
-                             for name in variants))
-    o, s = 'objbtf', 'stock (pahole)'
-    lines.append(f'objbtf / stock: full wall {full[o][0] / full[s][0]:.2f}, full CPU '
-                 f'{full[o][1] / full[s][1]:.2f}, rebuild wall {rebuild[o][0] / rebuild[s][0]:.2f}')
-    report = '\n'.join(lines)
-    print(report)
-    command = shlex.join(['python3', 'bench/kbuild_bench.py', *sys.argv[1:]])
-    with open(HERE / 'RESULTS.md', 'a') as f:
-        f.write(f'\n## kbuild, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{command}`\n\n```\n{report}\n```\n')
+    opts.config = opts.config or list(CONFIGS)
+    opts.objbtf_tree = opts.objbtf_tree.resolve()
+    if opts.from_records:
+        described, builds = read_records(opts.from_records)
+    else:
+        if opts.jobs < 2:
+            ap.error('-j must be at least 2: the projection needs a parallel measurement')
+        become_subreaper()
+        work = opts.work.resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        records = work / f'records-{time.strftime("%Y%m%d-%H%M")}.jsonl'
+        described = run(opts, work, records)
+        described, builds = read_records(records)
+    text = report(described, builds)
+    print(text)
+    command = command_line()
+    if described.get('command', command) != command:
+        command = f'{described["command"]}`, reported by `{command}'
+    variants = '; '.join(f'{n}: `{a}`' for n, a in described['variants'].items())
+    with open(opts.results, 'a') as f:
+        f.write(f'\n## kbuild, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{command}`\n\n'
+                f'Machine: {described["machine"]}. Variants: {variants}. Steps: full build, '
+                f'then after touching {described["touch"]}, then {described["touch_module"]}. '
+                f'Resident server: {"yes" if described["resident"] else "not in this objbtf"}. '
+                f'Records: {described["records"]}.\n\n```\n{text}\n```\n')
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

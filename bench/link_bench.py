@@ -1,11 +1,21 @@
 #!/usr/bin/env python3
-"""objbtf link against pahole -J on the reference kernel, in one run.
+"""objbtf link against the kernel's own BTF step, on the same pre-BTF vmlinux, in turns.
 
-pahole runs on the stock tree's pre-BTF vmlinux (.tmp_vmlinux.btf), as
-link-vmlinux.sh runs it; objbtf link on an encoded copy of the same tree,
-relinked as Kbuild would (tests/kernel_tree.py).  Each is run --repeat
-times; the median wall time and the largest max RSS are reported, with
-their ratios, and appended to bench/RESULTS.md.
+The peer is what 6.1's link-vmlinux.sh runs: ``pahole -J`` with the flags
+scripts/pahole-flags.sh gives the installed pahole (1.24: ``--btf_gen_floats
+-j --lang_exclude=rust``), here with ``--btf_encode_detached`` so that the
+input stays as it is (the kernel's step writes .BTF into the file and cuts it
+out again with objcopy; leaving that out favours pahole).  Both tools read one
+file: the reference kernel's objects, encoded (tests/kernel_tree.py), linked
+as link-vmlinux.sh links .tmp_vmlinux.btf, DWARF kept, so that it holds what
+each reads (pahole the DWARF, objbtf link the per-object BTF).
+
+The commands run in turns (A B A B ...) --repeat times; the report gives the
+median wall time, the median CPU (user + system, children included) and the
+largest peak memory: the PSS summed over the command's processes, sampled
+(objbtf link -j forks workers, which share pages), and the largest single
+process's max RSS.  objbtf runs in process (OBJBTF_RESIDENT=0): its resident
+server's cost belongs to the whole build (kbuild_bench.py).
 
 Then what an incremental build pays, with the link cache (``--cache``) that
 the Kbuild integration uses, against pahole, which has no incremental mode:
@@ -15,11 +25,19 @@ the Kbuild integration uses, against pahole, which has no incremental mode:
 - after an edit to a type: kernel/fork.c compiled again with one more
   struct, so the cache misses and the link is a full one.
 
-And the modules' links, objbtf link --base against pahole --btf_base.
+And the modules' links, objbtf link --base against what
+scripts/Makefile.modfinal runs, pahole -J with the same flags --btf_base
+vmlinux.  objbtf link also runs with -j 1, and on the same vmlinux without
+.BTF.objbtf, where its -j processes hash every object's types themselves.
+--kernel-modules uses the modules-heavy configuration (build-kernel.sh --modules).
+objbtf's module links get the index of vmlinux's BTF that Kbuild gives them
+(``--base-index``), made by a first link before the timed runs.
 
-objbtf link runs with its default -j (the CPUs) and with -j 1; and on the
-same vmlinux without .BTF.objbtf, where its -j processes hash every
-object's types themselves.  Max RSS is that of the largest process.
+``--modules-only`` measures the module links alone, module by module: the
+CPU of ``objbtf link --base`` with ``--base-index``, without it, and of
+pahole, each a process, in turns; and the CPU of the two objbtf links inside
+this process (no interpreter start-up: what the resident server's children
+pay).  It checks first that both objbtf links give every module the same bytes.
 """
 from __future__ import annotations
 
@@ -40,30 +58,69 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / 'tests')]
 os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(HERE.parent),
                                                          os.environ.get('PYTHONPATH')]))
-from kernel_tree import TMP_VMLINUX, encoded_tree, link_vmlinux  # noqa: E402
+os.environ['OBJBTF_RESIDENT'] = '0'
+from accounting import PeakMemory  # noqa: E402
+from kernel_tree import VMLINUX_LINK, encoded_tree  # noqa: E402
 
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
+#: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.
+SHARED_VMLINUX = '.tmp_vmlinux.shared'
 
 
-def measure(cmd: list[str]) -> tuple[float, int]:
-    """(wall seconds, max RSS in MB) of one run of ``cmd``."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - start
-    if status != 0:
-        sys.exit(f'{" ".join(cmd)} failed: {proc.stderr.read().decode()[-500:]}')
-    return wall, usage.ru_maxrss // 1024
+class Run:
+    """One run of a command: wall and CPU seconds, peak PSS and max RSS (MB)."""
+
+    def __init__(self, cmd: list[str]):
+        start = time.monotonic()
+        with PeakMemory() as memory:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            err = proc.stderr.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+        self.wall = time.monotonic() - start
+        if status != 0:
+            sys.exit(f'{shlex.join(cmd)} failed: {err.decode(errors="replace")[-500:]}')
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.pss = memory.peak_mb
+        self.rss = usage.ru_maxrss // 1024
 
 
-def interleaved(n: int, cmds: list[list[str]]) -> list[tuple[float, int]]:
-    """(median wall, largest max RSS) of each command, run in turns n times:
-    load from elsewhere on the machine then falls on all of them alike."""
-    runs: list[list[tuple[float, int]]] = [[] for _ in cmds]
+class Summary:
+    """Medians of wall and CPU, largest memory, over a command's runs."""
+
+    def __init__(self, runs: list[Run]):
+        self.wall = statistics.median(r.wall for r in runs)
+        self.cpu = statistics.median(r.cpu for r in runs)
+        self.pss = max(r.pss for r in runs)
+        self.rss = max(r.rss for r in runs)
+
+    def __str__(self) -> str:
+        return (f'{self.wall:.2f} s, CPU {self.cpu:.2f} s, peak PSS {self.pss} MB '
+                f'(largest process {self.rss} MB)')
+
+
+def interleaved(n: int, cmds: list[list[str]]) -> list[Summary]:
+    """Each command's summary, the commands run in turns n times: load from
+    elsewhere on the machine then falls on all of them alike."""
+    runs: list[list[Run]] = [[] for _ in cmds]
     for _ in range(n):
         for i, cmd in enumerate(cmds):
-            runs[i].append(measure(cmd))
-    return [(statistics.median(w for w, _ in r), max(m for _, m in r)) for r in runs]
+            runs[i].append(Run(cmd))
+    return [Summary(r) for r in runs]
+
+
+def pahole_flags(build: Path) -> list[str]:
+    """What 6.1's scripts/pahole-flags.sh passes to the installed pahole."""
+    script = build / 'source' / 'scripts' / 'pahole-flags.sh'
+    out = subprocess.run(['sh', str(script)], env=dict(os.environ, PAHOLE='pahole'),
+                         check=True, capture_output=True, text=True).stdout
+    return out.split()
+
+
+def link_shared(tree: Path) -> Path:
+    """Link the encoded objects as .tmp_vmlinux.btf is linked, DWARF kept."""
+    cmd = VMLINUX_LINK.replace('--strip-debug ', '').format(out=SHARED_VMLINUX, archive='vmlinux.a')
+    subprocess.run(shlex.split(cmd), cwd=tree, check=True, capture_output=True)
+    return tree / SHARED_VMLINUX
 
 
 def recompile(tree: Path, obj: str, extra: list[str] | None = None) -> None:
@@ -75,66 +132,131 @@ def recompile(tree: Path, obj: str, extra: list[str] | None = None) -> None:
     argv[1:1] = extra or []
     subprocess.run(argv, cwd=tree, check=True, capture_output=True)
     subprocess.run([sys.executable, '-m', 'objbtf', 'encode', obj], cwd=tree, check=True)
-    link_vmlinux(tree, TMP_VMLINUX)
-
-
-#: The reference kernel's modules.
-MODULES = ('drivers/net/veth.ko', 'drivers/net/tun.ko', 'drivers/net/dummy.ko')
+    link_shared(tree)
 
 
 def module_links(build: Path, tree: Path, vmlinux_btf: Path, work: Path,
-                 objbtf: list[str]) -> list[list[str]]:
-    """Two commands, each giving every module its split BTF: objbtf link
-    (on the encoded tree, against the BTF objbtf linked for vmlinux) and
-    pahole -J --btf_base (on the stock tree, against its vmlinux), as
-    Makefile.modfinal runs them; neither changes the module files."""
-    ours = ' && '.join(shlex.join(objbtf + ['link', '--base', str(vmlinux_btf), '-o',
-                                            str(work / 'm.btf'), str(tree / m)])
-                       for m in MODULES)
-    theirs = ' && '.join(shlex.join(['pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust',
-                                     '--btf_base', str(build / 'vmlinux'),
+                 objbtf: list[str], flags: list[str]) -> tuple[int, list[list[str]]]:
+    """How many modules, and two commands, each giving every module its
+    split BTF: objbtf link (on the encoded tree, against the BTF objbtf
+    linked for vmlinux) and pahole (on the stock tree, against its vmlinux),
+    as Makefile.modfinal runs them; neither changes the module files."""
+    modules = sorted(str(ko.relative_to(build)) for ko in build.rglob('*.ko'))
+    index = work / 'vmlinux.index'      # as Kbuild's .btf.vmlinux.index
+    ours = ' && '.join(shlex.join(objbtf + ['link', '--base', str(vmlinux_btf), '--base-index',
+                                            str(index), '-o', str(work / 'm.btf'),
+                                            str(tree / m)])
+                       for m in modules)
+    subprocess.run(['sh', '-c', ours], check=True, capture_output=True)    # makes the index
+    theirs = ' && '.join(shlex.join(['pahole', '-J', *flags, '--btf_base', str(build / 'vmlinux'),
                                      '--btf_encode_detached', str(work / 'p.btf'),
                                      str(build / m)])
-                         for m in MODULES)
-    return [['sh', '-c', ours], ['sh', '-c', theirs]]
+                         for m in modules)
+    return len(modules), [['sh', '-c', ours], ['sh', '-c', theirs]]
+
+
+def in_process_cpu(ko: Path, base: Path, index: Path | None, out: Path, n: int) -> float:
+    """Median CPU seconds of ``n`` module links in this process, after one
+    that imports everything (and makes the index)."""
+    from linkdedup.pipeline import link
+    from objbtf.features import Features
+
+    def once() -> float:
+        start = time.process_time()
+        link(str(ko), features=Features(), base_path=str(base), output=str(out),
+             base_index=str(index) if index else None)
+        return time.process_time() - start
+    once()
+    return statistics.median(once() for _ in range(n))
+
+
+def module_bench(build: Path, tree: Path, vmlinux_btf: Path, work: Path, objbtf: list[str],
+                 flags: list[str], repeat: int) -> str:
+    """Per module CPU: objbtf link with and without --base-index, as a
+    process and in this one, and pahole --btf_base; same bytes checked."""
+    kos = sorted(p.relative_to(tree) for p in tree.rglob('*.ko'))
+    index = work / 'vmlinux.index'
+    a, b = work / 'a.btf', work / 'b.btf'
+    rows = []
+    for ko in kos:
+        plain = objbtf + ['link', '-q', '--base', str(vmlinux_btf), '-o', str(a), str(tree / ko)]
+        indexed = plain[:7] + ['--base-index', str(index), '-o', str(b), str(tree / ko)]
+        subprocess.run(plain, check=True)
+        subprocess.run(indexed, check=True)
+        if a.read_bytes() != b.read_bytes():
+            sys.exit(f'{ko}: the split BTF differs with --base-index')
+        pahole = ['pahole', '-J', *flags, '--btf_base', str(build / 'vmlinux'),
+                  '--btf_encode_detached', str(work / 'p.btf'), str(build / ko)]
+        ours, theirs, bare = interleaved(repeat, [indexed, pahole, plain])
+        rows.append((theirs.cpu, ours.cpu, bare.cpu,
+                     in_process_cpu(tree / ko, vmlinux_btf, index, b, repeat),
+                     in_process_cpu(tree / ko, vmlinux_btf, None, a, repeat)))
+    total = [sum(c) for c in zip(*rows)]
+    ratio = [statistics.median(r[i] / r[0] for r in rows) for i in range(5)]
+    names = ('pahole --btf_base', 'objbtf link --base-index, a process',
+             'objbtf link, a process (no index)', 'objbtf link --base-index, in-process',
+             'objbtf link, in-process (no index)')
+    lines = [f'{len(kos)} modules, the same split BTF with and without --base-index; CPU per '
+             f'module (median of {repeat} runs each, in turns), summed over the modules, and '
+             f'the median of the per-module ratios to pahole (goal <= 1.0):']
+    lines += [f'  {name:<40} {t:6.2f} s, ratio {r:.2f}' for name, t, r in zip(names, total, ratio)]
+    return '\n'.join(lines)
+
+
+def modules_only(args: argparse.Namespace, build: Path, flags: list[str],
+                 objbtf: list[str]) -> str:
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+        print('preparing an encoded copy of the kernel tree...', file=sys.stderr)
+        tree = encoded_tree(build, work / 'build')
+        out = work / 'vmlinux.btf'
+        subprocess.run(objbtf + ['link', '-q', '-o', str(out), str(link_shared(tree))],
+                       check=True)
+        return module_bench(build, tree, out, work, objbtf, flags, args.repeat)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--repeat', type=int, default=3)
+    ap.add_argument('--kernel-modules', action='store_true',
+                    help='the modules-heavy configuration (build-kernel.sh --modules)')
     ap.add_argument('--no-record', action='store_true')
+    ap.add_argument('--modules-only', action='store_true',
+                    help='only the module links, module by module, CPU')
     args = ap.parse_args()
-    build = Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True, capture_output=True,
-                                text=True).stdout.strip())
+    script = ['bash', str(KERNEL_SCRIPT)] + (['--modules'] if args.kernel_modules else [])
+    build = Path(subprocess.run(script, check=True, capture_output=True, text=True).stdout.strip())
+    flags = pahole_flags(build)
     objbtf = [sys.executable, '-m', 'objbtf']
     # Byte-compiled, as an installed objbtf is (pip compiles what it installs).
     subprocess.run([sys.executable, '-m', 'compileall', '-q', str(HERE.parent / 'objbtf'),
                     str(HERE.parent / 'linkdedup')], check=True)
+    if args.modules_only:
+        return record(args, 'module links', modules_only(args, build, flags, objbtf))
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         print('preparing an encoded copy of the kernel tree...', file=sys.stderr)
         tree = encoded_tree(build, work / 'build')
+        shared = link_shared(tree)
         out, cache, warm = work / 'out.btf', work / 'link.cache', work / 'warm.cache'
-        pahole = ['pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust',
-                  '--btf_encode_detached', str(work / 'pahole.btf'), str(build / '.tmp_vmlinux.btf')]
-        link = objbtf + ['link', '-o', str(out), str(tree / TMP_VMLINUX)]
-        link_j1 = objbtf + ['link', '-j', '1', '-o', str(out), str(tree / TMP_VMLINUX)]
+        pahole = ['pahole', '-J', *flags, '--btf_encode_detached', str(work / 'pahole.btf'), str(shared)]
+        link = objbtf + ['link', '-o', str(out), str(shared)]
+        link_j1 = objbtf + ['link', '-j', '1', '-o', str(out), str(shared)]
         bare = work / 'bare'
-        subprocess.run(['objcopy', '--remove-section', '.BTF.objbtf', str(tree / TMP_VMLINUX),
-                        str(bare)], check=True)
+        subprocess.run(['objcopy', '--remove-section', '.BTF.objbtf', str(shared), str(bare)],
+                       check=True)
         bare_link = objbtf + ['link', '-o', str(out), str(bare)]
-        cached_link = objbtf + ['link', '--cache', str(cache), '-o', str(out),
-                                str(tree / TMP_VMLINUX)]
-        (p_wall, p_rss), (pj_wall, pj_rss), (o_wall, o_rss), (o1_wall, o1_rss) = interleaved(
-            args.repeat, [pahole, pahole[:1] + ['-j'] + pahole[1:], link, link_j1])
-        (b_wall, b_rss), (b1_wall, _), (p0_wall, _) = interleaved(
-            args.repeat, [bare_link, bare_link[:4] + ['-j', '1'] + bare_link[4:], pahole])
-        (m_wall, m_rss), (pm_wall, pm_rss) = interleaved(
-            args.repeat, module_links(build, tree, out, work, objbtf))
+        cached_link = objbtf + ['link', '--cache', str(cache), '-o', str(out), str(shared)]
+        p, o, o1 = interleaved(args.repeat, [pahole, link, link_j1])
+        b, b1, p0 = interleaved(args.repeat, [bare_link, bare_link[:4] + ['-j', '1'] + bare_link[4:],
+                                              pahole])
+        subprocess.run(link, check=True)        # what the modules' BTF is based on
+        count, commands = module_links(build, tree, out, work, objbtf, flags)
+        m, pm = interleaved(args.repeat, commands)
         subprocess.run(cached_link, check=True, capture_output=True)
         shutil.copy(cache, warm)
         recompile(tree, 'kernel/fork.o')
-        (body_wall, _), (p2_wall, _) = interleaved(args.repeat, [cached_link, pahole])
+        body, p2 = interleaved(args.repeat, [cached_link, pahole])
         replayed = 'replayed' in subprocess.run(cached_link, check=True, capture_output=True,
                                                 text=True).stderr
         extra = work / 'extra.h'
@@ -143,27 +265,34 @@ def main() -> int:
         recompile(tree, 'kernel/fork.o', ['-include', str(extra)])
         # Each run starts from the cache of the link before the type edit.
         missing = ['sh', '-c', f'cp {warm} {cache} && exec "$@"', 'sh'] + cached_link
-        (type_wall, _), (p3_wall, _) = interleaved(args.repeat, [missing, pahole])
-    report = (f'pahole -J: {p_wall:.2f} s, {p_rss} MB; pahole -J -j: {pj_wall:.2f} s, {pj_rss} MB\n'
-              f'objbtf link (-j {len(os.sched_getaffinity(0))}): {o_wall:.2f} s, {o_rss} MB; '
-              f'-j 1: {o1_wall:.2f} s, {o1_rss} MB\n'
-              f'objbtf / pahole: wall {o_wall / p_wall:.2f} (goal <= 0.5), '
-              f'max RSS {o_rss / p_rss:.2f} (goal <= 1.0); against pahole -j: wall {o_wall / pj_wall:.2f}\n'
-              f'without .BTF.objbtf (the link hashes): objbtf link {b_wall:.2f} s, {b_rss} MB, '
-              f'= {b_wall / p0_wall:.2f} x pahole; -j 1: {b1_wall:.2f} s\n'
-              f'modules ({len(MODULES)}, split BTF on vmlinux\'s, one after the other): objbtf link '
-              f'{m_wall:.2f} s, {m_rss} MB; pahole -J --btf_base {pm_wall:.2f} s, {pm_rss} MB; '
-              f'ratio {m_wall / pm_wall:.2f}\n'
+        typed, p3 = interleaved(args.repeat, [missing, pahole])
+    peer = shlex.join(['pahole', '-J', *flags])
+    report = (f'{"modules" if args.kernel_modules else "reference"} configuration; peer: `{peer}`\n'
+              f'pahole: {p}\n'
+              f'objbtf link (-j {len(os.sched_getaffinity(0))}): {o}\n'
+              f'objbtf link -j 1: {o1}\n'
+              f'objbtf / pahole: wall {o.wall / p.wall:.2f} (goal <= 0.5), CPU {o.cpu / p.cpu:.2f}, '
+              f'peak PSS {o.pss / p.pss:.2f} (goal <= 1.0), largest process {o.rss / p.rss:.2f}\n'
+              f'without .BTF.objbtf (the link hashes): objbtf link {b}, wall {b.wall / p0.wall:.2f} x '
+              f'pahole; -j 1: {b1.wall:.2f} s\n'
+              f'modules ({count}, split BTF on vmlinux\'s, one after the other): objbtf link {m}; '
+              f'pahole --btf_base {pm}; wall {m.wall / pm.wall:.2f}, CPU {m.cpu / pm.cpu:.2f} '
+              f'(goal <= 1.0)\n'
               f'after a function-body edit (cache {"replayed" if replayed else "NOT replayed"}): '
-              f'objbtf link {body_wall:.2f} s = {body_wall / p2_wall:.2f} x pahole (goal <= 0.2)\n'
+              f'objbtf link {body.wall:.2f} s = {body.wall / p2.wall:.2f} x pahole (goal <= 0.2)\n'
               f'after a type edit (cache miss, full link): '
-              f'objbtf link {type_wall:.2f} s = {type_wall / p3_wall:.2f} x pahole')
+              f'objbtf link {typed.wall:.2f} s = {typed.wall / p3.wall:.2f} x pahole')
+    return record(args, 'link', report)
+
+
+def record(args: argparse.Namespace, title: str, report: str) -> int:
+    """Print ``report`` and, unless --no-record, append it to RESULTS.md."""
     print(report)
     if not args.no_record:
+        command = shlex.join(['python3', 'bench/link_bench.py', *sys.argv[1:]])
         with open(HERE / 'RESULTS.md', 'a') as f:
-            f.write(f'\n## link, {time.strftime("%Y-%m-%d %H:%M")}\n\n'
-                    f'`python3 bench/link_bench.py --repeat {args.repeat}` '
-                    f'(median wall of {args.repeat} runs each, the tools taking turns; '
+            f.write(f'\n## {title}, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{command}` '
+                    f'(median wall and CPU of {args.repeat} runs each, the tools taking turns; '
                     f'load average {os.getloadavg()[0]:.1f} at the end)\n\n```\n{report}\n```\n')
     return 0
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+from objbtf.errors import ObjbtfError
+
 THIN_MAGIC = b'!<thin>\n'
 REGULAR_MAGIC = b'!<arch>\n'
 _HEADER = 60
@@ -21,7 +23,7 @@ _LONG_NAMES = b'//'
 _SPECIAL = (b'/', b'/SYM64/', _LONG_NAMES)        # symbol tables, long names
 
 
-class ArchiveError(Exception):
+class ArchiveError(ObjbtfError):
     """Not an archive objbtf can read member paths from; the message says why."""
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
 
-from objbtf.btf.kinds import Kind
+from objbtf.btf.header import order_char
+from objbtf.btf.kinds import KINDS, SIZE_TYPE_OFFSET, TYPE_HEAD_LEN, Kind
 from objbtf.btf.types import Btf
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
@@ -39,18 +40,20 @@ _KEY_LEN = 32
 _CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / 'objbtf')
 
 
-def cache_key(sidecars: list, ambiguous: set[str], kfuncs: Kfuncs, features: list[str],
+def cache_key(chunks: list, ambiguous: set[str], kfuncs: Kfuncs, features: list[str],
               section: str) -> bytes:
-    """The key of a link; ``sidecars`` in merge order."""
+    """The key of a link; ``chunks`` in merge order."""
     h = blake2b(digest_size=_KEY_LEN)
     h.update(MAGIC)
     h.update(_code_digest())
     h.update(json.dumps([section, features, sorted(ambiguous), sorted(kfuncs.items())]).encode())
-    for sc in sidecars:
-        h.update(struct.pack('<II', len(sc.hashes), sc.btf_size))
-        h.update(sc.hashes)
-        h.update(sc.offsets)
-        h.update(sc.flags)
+    for c in chunks:
+        h.update(struct.pack('<II', len(c.hashes), c.btf_size))
+        h.update(c.hashes)
+        h.update(c.offsets)
+        h.update(c.flags)
+        h.update(struct.pack('<I', len(c.raw_facts)))
+        h.update(c.raw_facts)
     return h.digest()
 
 
@@ -119,7 +122,9 @@ def load(path: str, key: bytes) -> CachedLink | None:
         return None
     datasecs = [CachedDatasec(r, n, [tuple(v) for v in vs], [tuple(f) for f in fs])
                 for r, n, vs, fs in meta['datasecs']]
-    if any(d.record + 12 * (1 + len(d.vars)) > len(raw) for d in datasecs):
+    layout = KINDS[Kind.DATASEC]
+    if any(d.record + TYPE_HEAD_LEN + layout.extra_len(len(d.vars)) > len(raw)
+           for d in datasecs):
         return None
     return CachedLink(raw, datasecs, meta['summary'])
 
@@ -128,18 +133,20 @@ def replay(link: CachedLink, elf: ElfFile, btf_section: Section, blobs: list[Blo
     """The cached BTF with its DATASECs placed anew; None when a variable
     left the output section its DATASEC is for."""
     owners = [ds for ds in link.datasecs for _ in ds.fields]
-    placed = iter(place_fields(elf, btf_section,
+    placed = iter(place_fields(elf, btf_section, blobs,
                                section_offsets([f for ds in link.datasecs for f in ds.fields],
                                                blobs),
                                lambda k: f"variable {k} of DATASEC '{owners[k].name}'"))
     out = bytearray(link.raw)
-    order = '<' if elf.byteorder == 'little' else '>'
+    order = order_char(elf.byteorder)
+    layout = KINDS[Kind.DATASEC]
     for ds in link.datasecs:
         mine = [next(placed) for _ in ds.fields]
         if any(sec.name != ds.name for sec, _ in mine):
             return None
         rows = sorted((off, var, size) for (_, off), (var, size) in zip(mine, ds.vars))
-        struct.pack_into(order + 'I', out, ds.record + 8, mine[0][0].size)
-        for j, (off, var, size) in enumerate(rows):
-            struct.pack_into(order + 'III', out, ds.record + 12 + 12 * j, var, off, size)
+        struct.pack_into(order + 'I', out, ds.record + SIZE_TYPE_OFFSET, mine[0][0].size)
+        for j, (off, var, size) in enumerate(rows):     # struct btf_var_secinfo
+            struct.pack_into(order + 'III', out, ds.record + layout.entry_offset(j, 'type'),
+                             var, off, size)
     return bytes(out)

@@ -1,4 +1,4 @@
-"""Pass 1, concatenate: the per-object BTF blobs of a linked file, as one table.
+"""Pass 1, read: the per-object BTF blobs that ld concatenated into one section.
 
 ld concatenates the input ``.BTF`` sections into the output one, each blob
 starting on a 4-byte boundary (the sections' alignment), with zero padding
@@ -11,7 +11,7 @@ from hashlib import blake2b
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import Kind
-from objbtf.btf.reader import read_header
+from objbtf.btf.header import BtfHeader
 from objbtf.btf.types import Btf, BtfType
 
 
@@ -19,12 +19,12 @@ class Blob:
     """One object's BTF inside the concatenation."""
     __slots__ = ('count', 'data', 'header', 'index', 'name', 'offset', 'order')
 
-    def __init__(self, index: int, offset: int, data: memoryview, header: tuple,
+    def __init__(self, index: int, offset: int, data: memoryview, header: BtfHeader,
                  name: str | None = None):
         self.index = index
         self.offset = offset      # where the blob starts in the section
         self.data = data
-        self.header = header      # read_header()'s tuple
+        self.header = header
         self.order = index        # its place in the order the link merges blobs in
         self.count = 0
         self.name = name          # the object's, from its .BTF.objbtf chunk
@@ -54,18 +54,17 @@ def split_blobs(section: bytes, names: Sequence[str | None] = ()) -> list[Blob]:
             continue
         name = names[len(blobs)] if len(blobs) < len(names) else None
         try:
-            header = read_header(view[pos:])
+            header = BtfHeader.read(view[pos:])
         except BtfError as err:
             raise BtfError(f'{blob_label(len(blobs), pos, name)}: {err}') from None
-        _, hdr_len, type_off, type_len, str_off, str_len = header
-        size = hdr_len + max(type_off + type_len, str_off + str_len)
+        size = header.size
         blobs.append(Blob(len(blobs), pos, view[pos:pos + size], header, name))
         pos += size
         pos += -pos % 4
     return blobs
 
 
-def canonical_order(blobs: list[Blob], sidecars: list) -> list[Blob]:
+def canonical_order(blobs: list[Blob], chunks: list) -> list[Blob]:
     """The blobs in an order that does not depend on the order the objects
     were linked in, so neither does the final BTF.
 
@@ -75,7 +74,7 @@ def canonical_order(blobs: list[Blob], sidecars: list) -> list[Blob]:
     their link order.
     """
     def key(b: Blob) -> tuple:
-        return blake2b(sidecars[b.index].hashes, digest_size=16).digest(), b.index
+        return blake2b(chunks[b.index].hashes, digest_size=16).digest(), b.index
 
     return sorted(blobs, key=key)
 

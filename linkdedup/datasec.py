@@ -1,4 +1,4 @@
-"""Pass 3, datasec: one DATASEC per output section, from the per-object ones.
+"""Pass 4, datasec: one DATASEC per output section, from the per-object ones.
 
 Per-object DATASECs are named after input sections (``.data..percpu..
 shared_aligned``); the link knows which output section each variable

@@ -1,7 +1,8 @@
-"""Pass 6, emit: write the final BTF where it was asked for, atomically."""
+"""Pass 9, emit: write the final BTF where it was asked for, atomically."""
 from __future__ import annotations
 
-from objbtf.btf.sidecar import SECTION as SIDECAR
+from objbtf.btf.chunk import SECTION as CHUNK_SECTION
+from objbtf.elf.addrtable import SECTION as ADDR_TABLE
 from objbtf.elf.consts import ET_REL, SHF_ALLOC
 from objbtf.elf.reader import ElfFile
 from objbtf.elf.writer import (
@@ -21,8 +22,8 @@ def emit(raw: bytes, source: ElfFile, source_path: str, section: str, output: st
     ``output`` ending in ``.o``: an object with an alloc, read-only ``.BTF``,
     like the kernel's ``.btf.vmlinux.bin.o``.  Another ``output``: the raw
     blob.  No ``output``: in place, into ``source``'s BTF section (a module
-    gets its ``.rela.BTF`` and ``.BTF.objbtf`` emptied: the final BTF needs
-    neither).
+    gets its ``.rela.BTF``, ``.BTF.objbtf`` and address table emptied: the
+    final BTF needs none of them).
     """
     if output is not None and output.endswith('.o'):
         write_atomically(output, [new_object(source, [NewSection(BTF, raw, flags=SHF_ALLOC,
@@ -34,9 +35,11 @@ def emit(raw: bytes, source: ElfFile, source_path: str, section: str, output: st
     if source.e_type == ET_REL:
         # The per-object hashes and relocations are spent: emptied, not removed,
         # which would renumber the sections of the module.
-        rewrite_object(source_path, source, [NewSection(section, raw, addralign=4),
-                                             NewSection(SIDECAR, b'', addralign=8)],
-                       {section: []})
+        spent = [NewSection(section, raw, addralign=4),
+                 NewSection(CHUNK_SECTION, b'', addralign=8)]
+        if source.section_by_name(ADDR_TABLE) is not None:
+            spent.append(NewSection(ADDR_TABLE, b'', addralign=8))
+        rewrite_object(source_path, source, spent, {section: []})
     else:
         replace_in_place(source_path, source, section, raw)
     return f'{source_path} ({section}, in place)'

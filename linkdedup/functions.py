@@ -1,87 +1,113 @@
-"""Pass 4, functions: the cross-object rules pahole applies to FUNCs.
+"""Pass 5, functions: pahole 1.31's choice of FUNCs, where the final symbol
+table is known (btf_encoder.c of dwarves v1.31).
 
-- consistent_func: a name whose prototypes disagree between objects is
-  dropped everywhere; prototypes are compared shallowly, as pahole does
-  (base types and aggregates by name, const and volatile ignored), since
-  the same struct may not yet be one type before dedup.
-- one name at several addresses: when the output has several function
-  symbols of that name (static functions of the same name in different
-  files), a FUNC cannot say which it describes, and is dropped.
-Dropped FUNCs take their DECL_TAGs and, when nothing else uses it, their
-FUNC_PROTO with them.
+Each object's encoder emitted a FUNC for every function definition named
+after one of its function symbols' keys (``objbtf/functions.py``: the
+name before the first '.', so a ``foo.constprop.0`` clone gives ``foo``)
+and recorded what DWARF says of it in its chunk.  Here, with
+``consistent_func`` (pahole's --skip_encoding_btf_inconsistent_proto), a
+name loses its FUNC when
+
+- its key sits at several addresses in the output (static functions of the
+  same name in different files, or ``foo`` beside a ``foo.isra.0``; the
+  ``.cold`` and ``.part`` pieces do not count): a FUNC could not say which
+  one it describes;
+- a parameter of some definition arrives in another register than its
+  place says (``unexpected_reg``, not counted when a parameter is a
+  struct), or a packed struct is passed on the stack
+  (``uncertain_parm_loc``);
+- its prototypes differ between objects or within one, compared shallowly
+  as pahole does (base types and aggregates by name, const and volatile
+  ignored), since the same struct may not yet be one type before dedup.
+
+Optimized-out parameters do not drop a function: pahole 1.31 keeps them,
+since callers still pass every argument.  A name keeps exactly one FUNC:
+when its objects' FUNCs differ in what the shallow comparison ignores
+(parameter names, const), the one from an object where the symbol is not
+weak, the strong definition the linker kept (dwarves master finds it by
+``DW_AT_low_pc``), else the first in merge order.  Dropped FUNCs take their
+DECL_TAGs and, when nothing else uses it, their FUNC_PROTO with them.
 """
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 
-from objbtf.btf.kinds import LEAF_KINDS, Kind
+from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.types import Btf
+from objbtf.functions import (
+    FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, STT_FUNC, function_key,
+    prototype,
+)
 
 from .tombstone import Tombstones
 
-STT_FUNC = 2
-_SKIPPED = (Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.TYPE_TAG)
+_LEAF = KINDS.leaf
 
-
-def shallow(btf: Btf, type_id: int, depth: int = 0) -> str:
-    """A type as pahole compares it across objects."""
-    if type_id == 0:
-        return 'void'
-    t = btf[type_id]
-    while t.kind in _SKIPPED and depth < 32:
-        if t.type == 0:
-            return 'void'
-        t = btf[t.type]
-        depth += 1
-    k = t.kind
-    if k is Kind.PTR:
-        return '*' + (shallow(btf, t.type, depth + 1) if depth < 32 else '?')
-    if k is Kind.ARRAY:
-        return f'{shallow(btf, t.type, depth + 1)}[{t.nelems}]'
-    if k is Kind.FUNC_PROTO:
-        return 'fn'
-    if k in (Kind.STRUCT, Kind.FWD):
-        return ('union ' if (k is Kind.FWD and t.kflag) else 'struct ') + t.name
-    if k is Kind.UNION:
-        return 'union ' + t.name
-    if k in (Kind.ENUM, Kind.ENUM64):
-        return 'enum ' + t.name
-    return t.name
-
-
-def prototype(btf: Btf, func_id: int) -> tuple[str, ...]:
-    proto = btf[btf[func_id].type]
-    return (shallow(btf, proto.type),) + tuple(shallow(btf, p.type) for p in proto.items)
+__all__ = ['STT_FUNC', 'FunctionReport', 'ambiguous_names', 'check_functions', 'merged_facts']
 
 
 class FunctionReport:
+    """The names the pass dropped, by reason, and how many other FUNCs of
+    kept names it removed (``duplicates``)."""
+    REASONS = ('ambiguous', 'unexpected_reg', 'uncertain_loc', 'inconsistent')
+
     def __init__(self):
-        self.inconsistent: list[str] = []
         self.ambiguous: list[str] = []
+        self.unexpected_reg: list[str] = []
+        self.uncertain_loc: list[str] = []
+        self.inconsistent: list[str] = []
+        self.duplicates = 0
 
     @property
     def dropped(self) -> int:
-        return len(self.inconsistent) + len(self.ambiguous)
+        return sum(len(getattr(self, r)) for r in self.REASONS)
+
+    def as_dict(self) -> dict:
+        return {r: getattr(self, r) for r in self.REASONS} | {'duplicates': self.duplicates}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FunctionReport:
+        report = cls()
+        for r in cls.REASONS:
+            setattr(report, r, list(d.get(r, ())))
+        report.duplicates = d.get('duplicates', 0)
+        return report
 
 
 def ambiguous_names(symbols) -> set[str]:
-    """Names of the output's function symbols that sit at several addresses."""
+    """Keys of the output's function symbols that sit at several addresses."""
     first: dict[str, int] = {}
     out: set[str] = set()
     for s in symbols:
-        if s.type == STT_FUNC and first.setdefault(s.name, s.value) != s.value:
-            out.add(s.name)
+        if s.type != STT_FUNC:
+            continue
+        key = function_key(s.name)
+        if key is not None and first.setdefault(key, s.value) != s.value:
+            out.add(key)
     return out
 
 
-def check_functions(btf: Btf, ambiguous: set[str], graves: Tombstones,
-                    consistent: bool) -> FunctionReport:
+def merged_facts(chunks: Iterable) -> dict[str, int]:
+    """Every object's facts of each function name, or-ed together."""
+    out: dict[str, int] = defaultdict(int)
+    for chunk in chunks:
+        for name, flags in chunk.facts.items():
+            out[name] |= flags
+    return out
+
+
+def check_functions(btf: Btf, ambiguous: set[str], graves: Tombstones, consistent: bool,
+                    facts: dict[str, int] | None = None,
+                    weak: Callable[[int], bool] = lambda func_id: False) -> FunctionReport:
     """Drop the FUNCs pahole would not emit; say which and why.
 
-    ``ambiguous``: names of function symbols at several addresses.  FUNCs
-    that differ in nothing were merged by hash already, so a name with one
-    FUNC left needs no prototype comparison.
+    ``ambiguous``: keys of function symbols at several addresses;
+    ``facts``: ``merged_facts`` of the objects; ``weak(func id)``: whether
+    that FUNC came from an object whose symbol of its name is weak.  FUNCs
+    that differ in nothing were merged by hash already.
     """
+    facts = facts or {}
     by_name: dict[str, list[int]] = defaultdict(list)
     func = Kind.FUNC
     for type_id, t in btf.own():
@@ -91,15 +117,30 @@ def check_functions(btf: Btf, ambiguous: set[str], graves: Tombstones,
     drop: list[int] = []
     for name in sorted(by_name):
         ids = by_name[name]
-        if name in ambiguous:
-            report.ambiguous.append(name)
-        elif consistent and len(ids) > 1 and len({prototype(btf, i) for i in ids}) > 1:
-            report.inconsistent.append(name)
-        else:
-            continue
-        drop.extend(ids)
+        reason = _reason(btf, name, ids, ambiguous, facts.get(name, 0)) if consistent else None
+        if reason is not None:
+            getattr(report, reason).append(name)
+            drop.extend(ids)
+        elif len(ids) > 1:
+            keep = next((i for i in ids if not weak(i)), ids[0])
+            drop.extend(i for i in ids if i != keep)
+            report.duplicates += len(ids) - 1
     _drop(btf, set(drop), graves)
     return report
+
+
+def _reason(btf: Btf, name: str, ids: list[int], ambiguous: set[str], flags: int) -> str | None:
+    """Why pahole leaves ``name`` out, or None."""
+    if name in ambiguous:
+        return 'ambiguous'
+    if flags & FACT_UNEXPECTED_REG:
+        return 'unexpected_reg'
+    if flags & FACT_UNCERTAIN_LOC:
+        return 'uncertain_loc'
+    if flags & FACT_INCONSISTENT or (
+            len(ids) > 1 and len({prototype(btf, btf[btf[i].type]) for i in ids}) > 1):
+        return 'inconsistent'
+    return None
 
 
 def _drop(btf: Btf, funcs: set[int], graves: Tombstones) -> None:
@@ -114,7 +155,7 @@ def _drop(btf: Btf, funcs: set[int], graves: Tombstones) -> None:
         if t.kind is tag and t.type in funcs:
             graves.bury(type_id)
             continue
-        if t.kind in LEAF_KINDS:
+        if t.kind in _LEAF:
             continue
         kept.update(r for r in t.refs() if r in doomed_protos)
     for f in funcs:

@@ -1,4 +1,4 @@
-"""Pass 5, kfuncs: a ``bpf_kfunc`` DECL_TAG on the FUNC of every kfunc.
+"""Pass 6, kfuncs: a ``bpf_kfunc`` DECL_TAG on the FUNC of every kfunc.
 
 This is pahole's ``decl_tag_kfuncs`` (1.27 on, in its default set).  A FUNC
 alone does not say whether BPF programs may call it; tools that read
@@ -20,7 +20,7 @@ pahole's rules, followed here:
   header's flags have ``BTF_SET8_KFUNCS`` (1 << 0, kernel 6.9 on); its
   kfuncs are the ``__BTF_ID__func__*`` symbols inside the set's range;
 - the tag is ``DECL_TAG 'bpf_kfunc'``, component_idx -1, on the kfunc's
-  FUNC; a pair flag ``KF_FASTCALL`` (1 << 12, kernel 6.12) adds
+  FUNC; a pair flag ``KF_FASTCALL`` (1 << 12, kernel 6.13) adds
   ``DECL_TAG 'bpf_fastcall'`` (pahole 1.28 on);
 - a kfunc without a FUNC (the functions pass dropped it, or it is no
   function of vmlinux) gets no tag (pahole 1.30 on; 1.27 to 1.29 failed).
@@ -29,16 +29,22 @@ Where objbtf differs: before 6.9, ``BTF_SET8_START`` left the header's
 flags 0, so pahole tags nothing on such a kernel (the reference 6.1).  Yet
 every set8 there is a kfunc set: set8 came in 6.0 for kfunc flags, 6.1's
 ten are all registered with ``register_btf_kfunc_id_set``, and 6.9 marked
-every kfunc set and made an unmarked one an error to register.  So when no
-set8 of the file carries the flag, every set8 counts as a kfunc set, and
-its functions get ``bpf_kfunc`` only: bit 12 of the pair flags meant
-nothing before ``KF_FASTCALL``.  A file with a marked set is read as pahole
-reads it: an unmarked set8 there stays untagged.  A kfunc in several sets
-gets the flags of all its pairs (pahole takes the last pair's).
+every kfunc set and made an unmarked one an error to register.  So on a
+kernel that marks no set8, every set8 counts as a kfunc set, and its
+functions get ``bpf_kfunc`` only: bit 12 of the pair flags meant nothing
+before ``KF_FASTCALL``.  On a kernel that marks its sets, the file is read
+as pahole reads it: an unmarked set8 there stays untagged.  A kfunc in
+several sets gets the flags of all its pairs (pahole takes the last pair's).
+
+Which kernel: vmlinux says it itself (some set8 marked or none).  A
+module with a marked set8 is of a marking kernel too; one whose set8s are
+all unmarked asks its base, vmlinux (``kernel_marks_sets``), and is read
+as pahole reads it when the base cannot say (a raw BTF file).
 """
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from objbtf.btf.kinds import Kind
 from objbtf.btf.types import Btf, BtfType
@@ -65,8 +71,10 @@ class KfuncReport:
         self.missing = missing or []
 
 
-def find_kfuncs(elf: ElfFile) -> Kfuncs:
-    """The kfuncs ``elf``'s ``.BTF_ids`` lists; {} without that section."""
+def find_kfuncs(elf: ElfFile, base_marks: Callable[[], bool | None] | None = None) -> Kfuncs:
+    """The kfuncs ``elf``'s ``.BTF_ids`` lists; {} without that section.
+    ``base_marks`` (for a module): whether its kernel marks its kfunc sets,
+    asked only when the module's own set8s do not say."""
     sec = elf.section_by_name(BTF_IDS)
     if sec is None:
         return {}
@@ -74,6 +82,8 @@ def find_kfuncs(elf: ElfFile) -> Kfuncs:
     symbols = elf.section_symbols(sec)
     sets = [(s, ids.flags(s)) for s in symbols if s.name.startswith(SET8_PREFIX)]
     marked = any(flags & SET8_KFUNCS for _, flags in sets)
+    if sets and not marked and base_marks is not None:
+        marked = base_marks() is not False
     ranges = [(s.value, s.value + s.size) for s, flags in sets
               if flags & SET8_KFUNCS or not marked]
     flags_of: dict[str, int] = {}
@@ -82,6 +92,23 @@ def find_kfuncs(elf: ElfFile) -> Kfuncs:
         if name is not None and any(start <= s.value < end for start, end in ranges):
             flags_of[name] = flags_of.get(name, 0) | ids.flags(s)
     return {name: _tags(flags, marked) for name, flags in flags_of.items()}
+
+
+def kernel_marks_sets(path: str) -> bool | None:
+    """Whether the kernel ``path`` (vmlinux) marks its kfunc sets
+    ``BTF_SET8_KFUNCS`` (6.9 on); None if it cannot say: no ELF file (a raw
+    BTF base), no ``.BTF_ids`` or no set8 in it."""
+    try:
+        with ElfFile.open(path) as elf:
+            sec = elf.section_by_name(BTF_IDS)
+            if sec is None:
+                return None
+            ids = _Words(elf, sec)
+            flags = [ids.flags(s) for s in elf.section_symbols(sec)
+                     if s.name.startswith(SET8_PREFIX)]
+    except (OSError, ElfError):
+        return None
+    return any(f & SET8_KFUNCS for f in flags) if flags else None
 
 
 def func_name(symbol: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Pass 1, concatenate: every object's types in one table, merged by hash.
+"""Pass 2, merge: every object's types in one table, merged by hash.
 
 Each object's ``.BTF.objbtf`` chunk gives a structural hash per type
 (``objbtf/btf/hashing.py``), computed in the parallel per-object step.
@@ -27,14 +27,17 @@ from itertools import compress
 
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import is_definition, named_aggregate
-from objbtf.btf.kinds import LEAF_KINDS
+from objbtf.btf.header import order_char
+from objbtf.btf.kinds import KINDS
 from objbtf.btf.reader import TypeParser
-from objbtf.btf.sidecar import Sidecar
+from objbtf.btf.chunk import Chunk
 from objbtf.btf.strings import StringReader
 from objbtf.btf.types import Btf, BtfType
 
 from .concat import Blob
 from .workers import run_sharded
+
+_LEAF = KINDS.leaf
 
 _LOCAL_BITS = 20                  # BTF holds fewer than 2**20 types
 _LOCAL_MASK = (1 << _LOCAL_BITS) - 1
@@ -47,18 +50,16 @@ _MIN_SCAN_SHARE = 100_000
 class _Part:
     """One blob: its type parser, and its chunk's arrays."""
 
-    def __init__(self, order: int, blob: Blob, sidecar: Sidecar):
+    def __init__(self, order: int, blob: Blob, chunk: Chunk):
         self.order = order
         self.blob = blob
-        order_str, hdr_len, type_off, type_len, str_off, str_len = blob.header
-        e = '<' if order_str == 'little' else '>'
-        self.strings = _ViewStrings(blob.data[hdr_len + str_off:hdr_len + str_off + str_len])
-        self.types_start = hdr_len + type_off
-        self.parser = TypeParser(blob.data[self.types_start:self.types_start + type_len],
-                                 e, self.strings)
-        self.sidecar = sidecar
-        self.offsets = sidecar.offsets
-        self.count = len(sidecar.offsets)
+        h = blob.header
+        self.strings = _ViewStrings(h.strings(blob.data))
+        self.types_start = h.hdr_len + h.type_off
+        self.parser = TypeParser(h.types(blob.data), order_char(h.order), self.strings)
+        self.chunk = chunk
+        self.offsets = chunk.offsets
+        self.count = len(chunk.offsets)
         blob.count = self.count
         blob.order = order
 
@@ -102,15 +103,27 @@ class MergedTable:
         part = self._parts[pos >> _LOCAL_BITS]
         return part.blob, part.types_start + part.offsets[(pos & _LOCAL_MASK) - 1]
 
+    def chunk_entries(self) -> tuple[list[int], bytes]:
+        """The hash and the flags that its chunk gives each type of the
+        table, in id order."""
+        hashes: list[int] = []
+        flags = bytearray()
+        for pos in self._positions:
+            chunk = self._parts[pos >> _LOCAL_BITS].chunk
+            local = (pos & _LOCAL_MASK) - 1
+            hashes.append(chunk.hashes[local])
+            flags.append(chunk.flags[local])
+        return hashes, bytes(flags)
 
-def merge_blobs(blobs: list[Blob], sidecars: list[Sidecar], base: Btf | None,
+
+def merge_blobs(blobs: list[Blob], chunks: list[Chunk], base: Btf | None,
                 byteorder: str, release: Callable[[Blob], None] = lambda blob: None,
                 jobs: int = 1) -> MergedTable:
     """Concatenate ``blobs`` (in this order), merging by hash where that is
-    exact; ``sidecars`` are the blobs' chunks, in the same order.
+    exact; ``chunks`` are the blobs' chunks, in the same order.
     ``release(blob)`` is called when the blob's bytes are not needed for now.
     ``jobs`` processes scan the chunks."""
-    parts = [_Part(i, b, sidecars[i]) for i, b in enumerate(blobs)]
+    parts = [_Part(i, b, chunks[i]) for i, b in enumerate(blobs)]
     first, unmergeable = _scan_chunks(parts, jobs)
     parsed = _parse_positions(parts, first.values(), release)
     unsafe = _unsafe_hashes(parts, first, parsed)
@@ -134,7 +147,7 @@ def _resolver(part: _Part, ids: dict[int, int], by_hash: dict[int, int]):
     """Maps a type id local to ``part`` to its id in the merged table: its
     own entry if it was taken as it is, else its hash's."""
     low = part.order << _LOCAL_BITS
-    hashes = part.sidecar.hashes
+    hashes = part.chunk.hashes
 
     def resolve(local: int) -> int:
         if local == 0:
@@ -162,7 +175,7 @@ def _first_occurrences(parts: list[_Part]) -> dict[int, int]:
     """hash -> position of its first mergeable occurrence, in blob order."""
     first: dict[int, int] = {}
     for part in reversed(parts):
-        sc = part.sidecar
+        sc = part.chunk
         low = part.order << _LOCAL_BITS
         positions = range(low + part.count, low, -1)
         if any(sc.flags):
@@ -178,9 +191,9 @@ def _unmergeable(parts: list[_Part]) -> list[int]:
     """The positions of the types flagged never to merge."""
     out: list[int] = []
     for part in parts:
-        if any(part.sidecar.flags):
+        if any(part.chunk.flags):
             low = part.order << _LOCAL_BITS
-            out += compress(range(low + 1, low + 1 + part.count), part.sidecar.flags)
+            out += compress(range(low + 1, low + 1 + part.count), part.chunk.flags)
     return out
 
 
@@ -254,9 +267,9 @@ def _users(parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType]
     hash_users: dict[int, list[int]] = {}
     for h, pos in first.items():
         t = parsed[pos]
-        if t.kind in LEAF_KINDS:
+        if t.kind in _LEAF:
             continue
-        hashes = parts[pos >> _LOCAL_BITS].sidecar.hashes
+        hashes = parts[pos >> _LOCAL_BITS].chunk.hashes
         for ref in t.refs():
             if ref:
                 rh = hashes[ref - 1]
@@ -275,7 +288,7 @@ def _own_positions(parts: list[_Part], unsafe: set[int], unmergeable: list[int])
     if not unsafe:
         return own
     for part in parts:
-        hashes = part.sidecar.hashes
+        hashes = part.chunk.hashes
         if not unsafe.isdisjoint(hashes):
             low = part.order << _LOCAL_BITS
             own.update(low + 1 + i for i, h in enumerate(hashes) if h in unsafe)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
+from objbtf.btf.chunk import SECTION as CHUNK_SECTION
+from objbtf.btf.chunk import VERSION, Chunk
 from objbtf.btf.hashing import HASH_SCHEME
-from objbtf.btf.sidecar import SECTION as SIDECAR
-from objbtf.btf.sidecar import VERSION, Sidecar
+from objbtf.errors import ObjbtfError
+from objbtf.files import read_regular
 
 from .archive import ArchiveError, is_archive, thin_member_paths
 
@@ -23,7 +25,7 @@ from .archive import ArchiveError, is_archive, thin_member_paths
 SHOWN = 10
 
 
-class ObjectsError(Exception):
+class ObjectsError(ObjbtfError):
     """The objects cannot be linked as they are; the message says which and why."""
 
 
@@ -34,7 +36,7 @@ def name_some(names: Sequence[str], limit: int = SHOWN) -> str:
     return ', '.join(names[:limit]) + f' and {len(names) - limit} more'
 
 
-def refuse_foreign(chunks: Sequence[Sidecar]) -> None:
+def refuse_foreign(chunks: Sequence[Chunk]) -> None:
     """ObjectsError naming the objects whose chunks another objbtf wrote
     (another chunk format or hash scheme): their hashes cannot be merged
     with the others', and merging without them would mix two encoders."""
@@ -44,15 +46,15 @@ def refuse_foreign(chunks: Sequence[Sidecar]) -> None:
     were = 'was' if len(foreign) == 1 else 'were'
     raise ObjectsError(
         f'{len(foreign)} of {len(chunks)} objects {were} encoded by another objbtf '
-        f'({SIDECAR} format {VERSION}, hash scheme {HASH_SCHEME} here): '
+        f'({CHUNK_SECTION} format {VERSION}, hash scheme {HASH_SCHEME} here): '
         f'{name_some([_describe(c) for c in foreign])}; rebuild them (make, or objbtf encode '
         'each) so that every object is encoded by this objbtf')
 
 
-def _describe(chunk: Sidecar) -> str:
+def _describe(chunk: Chunk) -> str:
     if chunk.name is None:
         return (f'an object of format {chunk.version}, which records no name '
-                f'(chunk at offset {chunk.position} of {SIDECAR})')
+                f'(chunk at offset {chunk.position} of {CHUNK_SECTION})')
     if chunk.version != VERSION:
         return f'{chunk.name} (format {chunk.version})'
     return f'{chunk.name} (hash scheme {chunk.scheme})'
@@ -66,7 +68,7 @@ class ObjectList:
         self.names = read_object_list(path)
         self.allow_missing = allow_missing
 
-    def check(self, chunks: Sequence[Sidecar]) -> str | None:
+    def check(self, chunks: Sequence[Chunk]) -> str | None:
         """ObjectsError naming the listed objects that have no BTF; when they
         are allowed to miss, the warning to give instead (None: none miss)."""
         missing = missing_objects(self.names, chunks)
@@ -82,8 +84,7 @@ def read_object_list(path: str) -> list[str]:
     """The objects ``path`` lists: a thin archive's members (relative to the
     archive's directory), or a text file's lines, one path each (relative
     to the current directory, as in Kbuild's .mod files)."""
-    with open(path, 'rb') as f:
-        data = f.read()
+    data = read_regular(path)
     if is_archive(data):
         try:
             names = thin_member_paths(data, path)
@@ -104,7 +105,7 @@ def _text_lines(data: bytes, path: str) -> list[str]:
             (raw.strip() for raw in os.fsdecode(data).splitlines()) if line]
 
 
-def missing_objects(listed: Iterable[str], chunks: Iterable[Sidecar]) -> list[str]:
+def missing_objects(listed: Iterable[str], chunks: Iterable[Chunk]) -> list[str]:
     """The listed objects no chunk names.  Paths are compared as files:
     relative ones from the current directory, where the objects were
     encoded (Kbuild runs both from the top of the build tree)."""

@@ -1,37 +1,45 @@
-"""``objbtf link``: the passes in order, with progress and a summary."""
+"""``objbtf link``: the passes over one ``LinkState``, in order, with progress and a summary.
+
+``LINK`` lists the passes; ``linkdedup/__init__.py`` explains the order.
+"""
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable
 
+from objbtf.btf.chunk import SECTION as CHUNK_SECTION
+from objbtf.btf.chunk import Chunk, split_chunks
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import BTF_HEADER_LEN
-from objbtf.btf.sidecar import SECTION as SIDECAR
-from objbtf.btf.sidecar import Sidecar, split_sidecars
-from objbtf.btf.types import Btf, gc_paused
+from objbtf.btf.types import Btf, BtfType, gc_paused
 from objbtf.btf.writer import encode_btf
+from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
+from objbtf.errors import ObjbtfError
 from objbtf.features import Features
+from objbtf.functions import FACT_WEAK
 
 from . import cache as link_cache
+from .base_index import BaseIndex, open_index
 from .concat import Blob, canonical_order, split_blobs
 from .datasec import rebuild_datasecs
 from .emit import emit
-from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions
-from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, tag_kfuncs
-from .merge import merge_blobs
+from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions, merged_facts
+from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, kernel_marks_sets, tag_kfuncs
+from .merge import MergedTable, merge_blobs
 from .objects import ObjectList, ObjectsError, refuse_foreign
+from .premap import split_dedup
 from .rehash import hashed_chunk, unmerged_chunk
-from .relocate import Field, entry_fields, place_variables
+from .relocate import Field, Fields, Placements, entry_fields, place_variables
 from .split_vars import split_variables
 from .tombstone import Tombstones
 from .workers import run_sharded
 
 
-class LinkError(Exception):
+class LinkError(ObjbtfError):
     """The link cannot go on; the message names the file and the problem."""
 
 
@@ -49,21 +57,20 @@ class Summary:
         self.split = ''
         self.replayed = False
         self.typeless = 0
+        self.premapped: int | None = None
 
     def cacheable(self) -> dict:
         """What a replay of this link reports again."""
         f = self.functions or FunctionReport()
         return {'objects': self.objects, 'types_in': self.types_in, 'merged': self.merged,
                 'types_out': self.types_out, 'variables': self.variables,
-                'inconsistent': f.inconsistent, 'ambiguous': f.ambiguous,
+                'functions': f.as_dict(),
                 'kfuncs_tagged': self.kfuncs.tagged, 'kfuncs_missing': self.kfuncs.missing}
 
     def restore(self, cached: dict) -> None:
         for name in ('objects', 'types_in', 'merged', 'types_out', 'variables'):
             setattr(self, name, cached[name])
-        self.functions = FunctionReport()
-        self.functions.inconsistent = cached['inconsistent']
-        self.functions.ambiguous = cached['ambiguous']
+        self.functions = FunctionReport.from_dict(cached['functions'])
         self.kfuncs = KfuncReport(cached['kfuncs_tagged'], cached['kfuncs_missing'])
         self.replayed = True
 
@@ -77,9 +84,14 @@ class Summary:
                f'{self.seconds:.1f} s{how} -> {self.written}']
         if self.split:
             out.append(f'  split off: {self.split}')
+        if self.premapped is not None:
+            out.append(f'  base index: {self.premapped} of {self.merged} types found '
+                       'in the base by hash')
         if f is not None and f.dropped:
             out.append(f'  functions dropped: {len(f.inconsistent)} with prototypes that '
-                       f'differ between objects, {len(f.ambiguous)} at several addresses')
+                       f'differ between objects, {len(f.ambiguous)} at several addresses, '
+                       f'{len(f.unexpected_reg)} with parameters in unexpected registers, '
+                       f'{len(f.uncertain_loc)} with packed structs on the stack')
         k = self.kfuncs
         if k.tagged or k.missing:
             out.append(f'  kfuncs: {len(k.tagged) + len(k.missing)} in .BTF_ids, '
@@ -109,99 +121,227 @@ class Progress:
         print(f'objbtf link: warning: {message}', file=sys.stderr, flush=True)
 
 
+class LinkState:
+    """What the passes share: the link's options, the file, and what each
+    pass leaves for the next.  Each pass reads the fields the passes before
+    it set (see the order at the top of ``linkdedup/__init__.py``)."""
+
+    def __init__(self, path: str, features: Features, *, base_path: str | None = None,
+                 output: str | None = None, section: str = '.BTF',
+                 split_vars: str | None = None, cache: str | None = None,
+                 objects: ObjectList | None = None, jobs: int = 1,
+                 progress: Progress | None = None, base_index: str | None = None,
+                 merge: bool = True):
+        self.path = path
+        self.features = features
+        self.base_path = base_path
+        self.base_index = base_index
+        self.output = output
+        self.section = section
+        self.split_vars = split_vars
+        self.cache = cache
+        self.objects = objects
+        self.jobs = jobs
+        self.progress = progress or Progress(False)
+        self.merge = merge            # False: every type as it is (no merging by hash)
+        self.summary = Summary()
+        self.elf: ElfFile | None = None
+        self.base: Btf | None = None
+        self.index: BaseIndex | None = None
+        self.inputs: Inputs | None = None
+        self.symbols: FromSymbols | None = None
+        self.cache_key: bytes | None = None
+        self.table: MergedTable | None = None
+        self.merged: list[BtfType] = []     # the table's types as merging made them
+        self.fields: Fields = {}
+        self.placed: Placements = {}
+        self.graves: Tombstones | None = None
+        self.layout: list[list[Field]] = []
+        self.final: Btf | None = None
+        self.raw: bytes | None = None
+
+    @property
+    def btf(self) -> Btf:
+        """The table the passes before dedup work on."""
+        return self.table.btf
+
+
 def link(path: str, *, features: Features, base_path: str | None = None,
          output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
          cache: str | None = None, objects: ObjectList | None = None,
-         jobs: int = 1, progress: Progress | None = None) -> Summary:
+         jobs: int = 1, progress: Progress | None = None,
+         base_index: str | None = None) -> Summary:
     """Turn the per-object BTF in ``path`` into its final BTF; with
     ``split_vars``, the non-percpu variables go there, as split BTF; with
     ``cache``, a link whose objects' types are those of the last one
     replays it (``cache.py``); with ``objects``, every object it lists must
     have BTF in ``path``; ``jobs`` processes share the work over the
-    objects (``workers.py``), with the same output for any number."""
-    progress = progress or Progress(False)
-    summary = Summary()
+    objects (``workers.py``), with the same output for any number; with
+    ``base_index``, a module link keeps an index of the base's BTF there
+    (``base_index.py``) and dedups through it (``premap.py``), to the same
+    output."""
+    state = LinkState(path, features, base_path=base_path, output=output, section=section,
+                      split_vars=split_vars, cache=cache, objects=objects, jobs=jobs,
+                      progress=progress, base_index=base_index)
     started = time.monotonic()
     if cache is not None and (base_path or split_vars):
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
+    if base_index is not None and not base_path:
+        raise LinkError(f'{path}: --base-index is for a module link, with --base')
     with gc_paused():        # the link builds tens of thousands of types, and no cycles
-        _link(path, features, base_path, output, section, split_vars, cache, objects,
-              jobs, progress, summary)
-    progress.done()
-    summary.seconds = time.monotonic() - started
-    return summary
+        if base_path:
+            state.base, state.index = _load_base(base_path, base_index, state.progress)
+        with ElfFile.open(path) as elf:
+            state.elf = elf
+            run_passes(state, LINK)
+    state.progress.done()
+    state.summary.seconds = time.monotonic() - started
+    return state.summary
 
 
-def _link(path: str, features: Features, base_path: str | None, output: str | None,
-          section: str, split_vars: str | None, cache: str | None,
-          objects: ObjectList | None, jobs: int, progress: Progress, summary: Summary) -> None:
-    """``link``'s work, filling in ``summary``."""
-    base = _load_base(base_path) if base_path else None
-    with ElfFile.open(path) as elf:
-        inputs = read_inputs(elf, path, section, progress, objects, jobs)
-        summary.typeless = inputs.typeless
-        symbols = FromSymbols(elf, features, module=base is not None)
-        key = raw = None
-        if cache is not None:
-            key = link_cache.cache_key(inputs.sidecars, symbols.ambiguous, symbols.kfuncs,
-                                       features.names(), section)
-            raw = _replay(cache, key, elf, inputs, summary)
-        if raw is None:
-            raw = _full_link(elf, path, inputs, base, features, symbols, split_vars, jobs,
-                             progress, summary, cache and (cache, key))
-        summary.written = emit(raw, elf, path, section, output)
+def run_passes(state: LinkState, passes: tuple) -> None:
+    """Each pass in turn; once a pass has the final bytes (the cache
+    replayed the link), only ``emit`` follows."""
+    for each in passes:
+        if state.raw is None or each is emit_pass:
+            each(state)
 
 
-def _full_link(elf: ElfFile, path: str, inputs: Inputs, base: Btf | None, features: Features,
-               symbols: FromSymbols, split_vars: str | None, jobs: int, progress: Progress,
-               summary: Summary, cache: tuple[str, bytes] | None) -> bytes:
-    """The passes, dedup and encoding: the final BTF; kept in ``cache``
-    (path, key) when given one."""
-    prepared = prepare(elf, inputs, base, features, symbols, progress, summary, jobs)
-    progress.step(f'dedup {len(prepared.btf)} types')
-    final = dedup(prepared.btf)
-    summary.types_out = len(final)
-    progress.step('emit')
-    offsets: list[int] = []
-    raw = encode_btf(final, offsets)
-    if split_vars is not None:
-        if base is not None:
-            raise LinkError(f'{path}: --split-vars is for vmlinux, not for a module')
-        raw, split_raw, moved = split_variables(final)
-        if not moved:
-            raise LinkError(f'{path}: no variables outside .data..percpu to split off: '
-                            'encode the objects with --btf-features default,global_var')
-        write_atomically(split_vars, [split_raw])
-        summary.split = f'{moved} variables to {split_vars}'
-    if cache is not None:
-        datasecs = link_cache.describe_datasecs(final, offsets, prepared.layout, BTF_HEADER_LEN)
-        if datasecs is not None:
-            link_cache.store(cache[0], cache[1],
-                             link_cache.CachedLink(raw, datasecs, summary.cacheable()))
-    return raw
+def read_pass(state: LinkState) -> None:
+    """Pass 1: the blobs of the section and their chunks (``concat``,
+    ``objects``, ``rehash``), and what the later passes take from symbols."""
+    state.inputs = read_inputs(state.elf, state.path, state.section, state.progress,
+                               state.objects, state.jobs, state.merge)
+    state.summary.typeless = state.inputs.typeless
+    state.symbols = FromSymbols(state.elf, state.features, state.base_path)
 
 
-def _replay(cache: str, key: bytes, elf: ElfFile, inputs: Inputs, summary: Summary) -> bytes | None:
-    """The final BTF from ``cache`` if it holds a link made with ``key``."""
-    cached = link_cache.load(cache, key)
+def replay_pass(state: LinkState) -> None:
+    """With ``--cache``: the final BTF of the last link, if its objects'
+    types were these (``cache``)."""
+    if state.cache is None:
+        return
+    state.cache_key = link_cache.cache_key(state.inputs.chunks, state.symbols.ambiguous,
+                                           state.symbols.kfuncs, state.features.names(),
+                                           state.section)
+    cached = link_cache.load(state.cache, state.cache_key)
     if cached is None:
-        return None
-    raw = link_cache.replay(cached, elf, inputs.section, inputs.blobs)
-    if raw is not None:
-        summary.restore(cached.summary)
-    return raw
+        return
+    state.raw = link_cache.replay(cached, state.elf, state.inputs.section, state.inputs.blobs)
+    if state.raw is not None:
+        state.summary.restore(cached.summary)
+
+
+def merge_pass(state: LinkState) -> None:
+    """Pass 2: every object's types in one table, merged by hash (``merge``)."""
+    state.progress.step('concatenate')
+    elf, inputs, sec = state.elf, state.inputs, state.inputs.section
+    state.table = merge_blobs(inputs.blobs, inputs.chunks, state.base, elf.byteorder,
+                              lambda b: elf.release(sec, b.offset, b.offset + len(b.data)),
+                              state.jobs)
+    btf = state.btf
+    state.merged = list(btf.types if btf.base is not None else btf.types[1:])
+    state.summary.objects = len(inputs.blobs)
+    state.summary.types_in = state.table.types_in
+    state.summary.merged = len(btf)
+
+
+def relocate_pass(state: LinkState) -> None:
+    """Pass 3: where each DATASEC entry's variable landed (``relocate``)."""
+    state.progress.step('relocate')
+    state.fields = entry_fields(state.btf, state.table.origin)
+    state.placed = place_variables(state.elf, state.btf, state.inputs.section, state.fields,
+                                   state.inputs.blobs)
+    state.elf.release(state.inputs.section)
+    state.graves = Tombstones(state.btf)
+
+
+def datasec_pass(state: LinkState) -> None:
+    """Pass 4: one DATASEC per output section (``datasec``)."""
+    state.progress.step('datasec')
+    state.layout = rebuild_datasecs(state.btf, state.placed, state.fields, state.graves)
+    state.summary.variables = sum(map(len, state.layout))
+
+
+def functions_pass(state: LinkState) -> None:
+    """Pass 5: pahole's rules for FUNCs across objects (``functions``)."""
+    state.progress.step('functions')
+    btf, table = state.btf, state.table
+    weak_in = [c.facts for c in state.inputs.chunks]
+
+    def weak(func_id: int) -> bool:
+        blob, _ = table.origin(func_id)
+        return bool(weak_in[blob.order].get(btf[func_id].name, 0) & FACT_WEAK)
+    state.summary.functions = check_functions(btf, state.symbols.ambiguous, state.graves,
+                                              state.features.consistent_func,
+                                              merged_facts(state.inputs.chunks), weak)
+
+
+def kfuncs_pass(state: LinkState) -> None:
+    """Pass 6: a ``bpf_kfunc`` tag on every kfunc (``kfuncs``)."""
+    state.progress.step('kfuncs')
+    state.summary.kfuncs = tag_kfuncs(state.btf, state.symbols.kfuncs)
+
+
+def dedup_pass(state: LinkState) -> None:
+    """Pass 7: libbpf's dedup (``objbtf.btf.dedup``); with a base index,
+    through it (``premap``)."""
+    state.progress.step(f'dedup {len(state.btf)} types')
+    if state.index is not None:
+        state.final, state.summary.premapped = split_dedup(
+            state.btf, state.merged, *state.table.chunk_entries(), state.index)
+    else:
+        state.final = dedup(state.btf)
+    state.summary.types_out = len(state.final)
+
+
+def encode_pass(state: LinkState) -> None:
+    """Pass 8: the final BTF's bytes; with ``--split-vars`` the variables
+    split off (``split_vars``); with ``--cache`` kept for the next link."""
+    state.progress.step('emit')
+    offsets: list[int] = []
+    state.raw = encode_btf(state.final, offsets)
+    if state.split_vars is not None:
+        if state.base is not None:
+            raise LinkError(f'{state.path}: --split-vars is for vmlinux, not for a module')
+        state.raw, split_raw, moved = split_variables(state.final)
+        if not moved:
+            raise LinkError(f'{state.path}: no variables outside .data..percpu to split off: '
+                            'encode the objects with --btf-features default,global_var')
+        write_atomically(state.split_vars, [split_raw])
+        state.summary.split = f'{moved} variables to {state.split_vars}'
+    if state.cache is not None:
+        datasecs = link_cache.describe_datasecs(state.final, offsets, state.layout,
+                                                BTF_HEADER_LEN)
+        if datasecs is not None:
+            link_cache.store(state.cache, state.cache_key,
+                             link_cache.CachedLink(state.raw, datasecs,
+                                                   state.summary.cacheable()))
+
+
+def emit_pass(state: LinkState) -> None:
+    """Pass 9: the final BTF written where it was asked for (``emit``)."""
+    state.summary.written = emit(state.raw, state.elf, state.path, state.section, state.output)
+
+
+#: The passes before dedup: what libbpf's dedup would be given.
+PREPARE = (merge_pass, relocate_pass, datasec_pass, functions_pass, kfuncs_pass)
+#: A link, in order (``linkdedup/__init__.py`` says why this order).
+LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, encode_pass, emit_pass)
 
 
 class FromSymbols:
     """What the passes take from the linked file's symbols: the function
-    names at several addresses (functions pass) and, for vmlinux with
+    names at several addresses (functions pass) and, with
     ``decl_tag_kfuncs`` and ``decl_tag`` (pahole needs both), the kfuncs of
-    ``.BTF_ids`` (kfuncs pass).  Modules get no kfunc tags yet."""
+    ``.BTF_ids`` (kfuncs pass); a module (``base_path``) may ask vmlinux
+    whether its kernel marks kfunc sets (kfuncs.py)."""
 
-    def __init__(self, elf: ElfFile, features: Features, module: bool):
+    def __init__(self, elf: ElfFile, features: Features, base_path: str | None = None):
         self.ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
-        tag = features.decl_tag_kfuncs and features.decl_tag and not module
-        self.kfuncs: Kfuncs = find_kfuncs(elf) if tag else {}
+        tag = features.decl_tag_kfuncs and features.decl_tag
+        base_marks = (lambda: kernel_marks_sets(base_path)) if base_path else None
+        self.kfuncs: Kfuncs = find_kfuncs(elf, base_marks) if tag else {}
 
 
 class Inputs:
@@ -209,12 +349,12 @@ class Inputs:
     ``.BTF.objbtf`` chunks (read from the file, or made by ``rehash.py``),
     in merge order."""
 
-    def __init__(self, section: Section, blobs: list[Blob], sidecars: list[Sidecar],
+    def __init__(self, section: Section, blobs: list[Blob], chunks: list[Chunk],
                  typeless: int = 0):
         self.section = section
         self.typeless = typeless      # objects that went through objbtf without types
-        self.blobs = canonical_order(blobs, sidecars)
-        self.sidecars = [sidecars[b.index] for b in self.blobs]
+        self.blobs = canonical_order(blobs, chunks)
+        self.chunks = [chunks[b.index] for b in self.blobs]
 
 
 def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
@@ -227,98 +367,79 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
     if sec is None or sec.size == 0:
         raise LinkError(f'{path}: no {section} section: were the objects encoded '
                         '(objbtf encode) and linked with their .BTF?')
-    chunks = _chunks(elf, path, objects, progress) if merge else None
-    if chunks is None:
+    found = _chunks(elf, path, objects, progress) if merge else None
+    if found is None:
         blobs = split_blobs(elf.section_view(sec))
         if merge:
             progress.step(f'hash the types of {len(blobs)} blobs')
         made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs)
+        if not merge:
+            _keep_facts(elf, made)
         inputs = Inputs(sec, blobs, made)
     else:
-        sidecars = [c for c in chunks if c.has_btf]
-        blobs = split_blobs(elf.section_view(sec), [c.name for c in sidecars])
-        _check_pairs(path, blobs, sidecars)
-        inputs = Inputs(sec, blobs, sidecars, len(chunks) - len(sidecars))
+        chunks = [c for c in found if c.has_btf]
+        blobs = split_blobs(elf.section_view(sec), [c.name for c in chunks])
+        _check_pairs(path, blobs, chunks)
+        inputs = Inputs(sec, blobs, chunks, len(found) - len(chunks))
     elf.release(sec)
     return inputs
 
 
-def _make_chunks(make: Callable[[Blob], Sidecar], blobs: list[Blob], jobs: int) -> list[Sidecar]:
+def _keep_facts(elf: ElfFile, made: list[Chunk]) -> None:
+    """The function facts of the file's own chunks, if it has them, on the
+    chunks made for its blobs (one each, in link order)."""
+    sec = elf.section_by_name(CHUNK_SECTION)
+    if sec is None or sec.size == 0:
+        return
+    own = [c for c in split_chunks(elf.section_view(sec), elf.byteorder) if c.has_btf]
+    elf.release(sec)
+    if len(own) == len(made):
+        for chunk, theirs in zip(made, own):
+            chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
+
+
+def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int) -> list[Chunk]:
     """``make(blob)`` for every blob, in ``jobs`` processes."""
-    def shard(r: range) -> list[Sidecar]:
+    def shard(r: range) -> list[Chunk]:
         return [_blob_error(make, blobs[i]) for i in r]
     results = run_sharded(shard, [len(b.data) for b in blobs], jobs)
     return [c for part in results for c in part]
 
 
-def _blob_error(make: Callable[[Blob], Sidecar], blob: Blob) -> Sidecar:
+def _blob_error(make: Callable[[Blob], Chunk], blob: Blob) -> Chunk:
     try:
         return make(blob)
     except BtfError as err:
         raise LinkError(f'{blob.label}: {err}') from None
 
 
-class Prepared:
-    """The table dedup turns into the final BTF, and where the entries of
-    its DATASECs (one per output section, after the objects' types) were read."""
-
-    def __init__(self, btf: Btf, layout: list[list[Field]]):
-        self.btf = btf
-        self.layout = layout
-
-
-def prepare(elf: ElfFile, inputs: Inputs, base: Btf | None, features: Features,
-            symbols: FromSymbols, progress: Progress, summary: Summary,
-            jobs: int = 1) -> Prepared:
-    """The passes before dedup."""
-    progress.step('concatenate')
-    sec = inputs.section
-    table = merge_blobs(inputs.blobs, inputs.sidecars, base, elf.byteorder,
-                        lambda b: elf.release(sec, b.offset, b.offset + len(b.data)), jobs)
-    btf = table.btf
-    summary.objects = len(inputs.blobs)
-    summary.types_in = table.types_in
-    summary.merged = len(btf)
-    progress.step('relocate')
-    fields = entry_fields(btf, table.origin)
-    placed = place_variables(elf, btf, sec, fields, inputs.blobs)
-    elf.release(sec)
-    graves = Tombstones(btf)
-    progress.step('datasec')
-    layout = rebuild_datasecs(btf, placed, fields, graves)
-    summary.variables = sum(map(len, layout))
-    progress.step('functions')
-    summary.functions = check_functions(btf, symbols.ambiguous, graves, features.consistent_func)
-    progress.step('kfuncs')
-    summary.kfuncs = tag_kfuncs(btf, symbols.kfuncs)
-    return Prepared(btf, layout)
-
-
 def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
     """The passes before dedup on every type as it is, without merging by
     hash: what libbpf's dedup would be given (the tests compare the two)."""
-    inputs = read_inputs(elf, path, '.BTF', Progress(False), merge=False)
-    symbols = FromSymbols(elf, features, module=False)
-    return prepare(elf, inputs, None, features, symbols, Progress(False), Summary()).btf
+    state = LinkState(path, features, merge=False)
+    state.elf = elf
+    run_passes(state, (read_pass, *PREPARE))
+    return state.btf
 
 
 def _chunks(elf: ElfFile, path: str, objects: ObjectList | None,
-            progress: Progress) -> list[Sidecar] | None:
+            progress: Progress) -> list[Chunk] | None:
     """Every object's .BTF.objbtf chunk, all of this objbtf's format and
     hashing, and naming every object of ``objects``; None (and a slower
     link) when the file has none."""
-    sec = elf.section_by_name(SIDECAR)
+    sec = elf.section_by_name(CHUNK_SECTION)
     if sec is None:
         if objects is not None:
-            raise LinkError(f'{path}: no {SIDECAR} section, which names the objects: '
+            raise LinkError(f'{path}: no {CHUNK_SECTION} section, which names the objects: '
                             f'cannot check them against {objects.path}')
-        progress.warn(f'{path}: no {SIDECAR} section: the link hashes its objects\' '
-                      'types itself, in -j processes (slower than reading the hashes)')
+        progress.warn(f'{path}: no {CHUNK_SECTION} section: the link hashes its objects\' '
+                      'types itself, in -j processes (slower than reading the hashes), '
+                      'and keeps the functions that only DWARF facts would drop')
         return None
     if sec.size == 0:
-        raise LinkError(f'{path}: {SIDECAR} is empty: its BTF was linked already (the link '
-                        'empties it); link it again from its objects')
-    chunks = split_sidecars(elf.section_view(sec), elf.byteorder)
+        raise LinkError(f'{path}: {CHUNK_SECTION} is empty: its BTF was linked already '
+                        '(the link empties it); link it again from its objects')
+    chunks = split_chunks(elf.section_view(sec), elf.byteorder)
     elf.release(sec)
     try:
         refuse_foreign(chunks)
@@ -330,24 +451,37 @@ def _chunks(elf: ElfFile, path: str, objects: ObjectList | None,
     return chunks
 
 
-def _check_pairs(path: str, blobs: list[Blob], sidecars: list[Sidecar]) -> None:
+def _check_pairs(path: str, blobs: list[Blob], chunks: list[Chunk]) -> None:
     """Chunk i (of those with types) describes blob i: ld put both in link order."""
-    for blob, chunk in zip(blobs, sidecars):
+    for blob, chunk in zip(blobs, chunks):
         if chunk.btf_size != len(blob.data):
-            raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs: the chunk of '
-                            f'{chunk.name} is for {chunk.btf_size} bytes of BTF, '
+            raise LinkError(f'{path}: {CHUNK_SECTION} does not describe the .BTF blobs: '
+                            f'the chunk of {chunk.name} is for {chunk.btf_size} bytes of BTF, '
                             f'{blob.label} has {len(blob.data)}: was some object given .BTF '
                             'by another tool?')
-    if len(sidecars) != len(blobs):
-        raise LinkError(f'{path}: {SIDECAR} does not describe the .BTF blobs '
-                        f'({len(sidecars)} chunks with types for {len(blobs)} blobs): '
+    if len(chunks) != len(blobs):
+        raise LinkError(f'{path}: {CHUNK_SECTION} does not describe the .BTF blobs '
+                        f'({len(chunks)} chunks with types for {len(blobs)} blobs): '
                         'was some object given .BTF by another tool?')
 
 
-def _load_base(path: str) -> Btf:
-    from objbtf.btf_file import load_btf_file
+def _load_base(path: str, index_path: str | None,
+               progress: Progress) -> tuple[Btf, BaseIndex | None]:
+    """The base BTF in ``path``, and its index kept in ``index_path`` (made
+    there if missing or stale; None if not asked for, if it cannot be
+    written there, or if this base cannot have one)."""
+    from objbtf.btf.reader import parse_btf
+    from objbtf.btf_file import read_btf_bytes
     try:
-        return load_btf_file(path)
-    except (OSError, BtfError) as err:
+        raw = read_btf_bytes(path)
+        index = None
+        if index_path is not None:
+            try:
+                index = open_index(index_path, raw)
+            except OSError as err:
+                progress.warn(f'{index_path}: cannot keep the base index there '
+                              f'({err.strerror}): linking without it')
+        return (index.base, index) if index is not None else (parse_btf(raw), None)
+    except (OSError, BtfError, ElfError) as err:
         raise LinkError(f'{path}: cannot read the base BTF: {err}') from None
 

@@ -14,12 +14,12 @@ from array import array
 
 from objbtf.btf.hashing import HASH_SCHEME, UNMERGEABLE, type_hashes
 from objbtf.btf.reader import parse_btf
-from objbtf.btf.sidecar import VERSION, Sidecar
+from objbtf.btf.chunk import VERSION, Chunk
 
 from .concat import Blob
 
 
-def hashed_chunk(blob: Blob) -> Sidecar:
+def hashed_chunk(blob: Blob) -> Chunk:
     """The chunk ``objbtf encode`` would have written for ``blob``, but for
     its name, which nothing records."""
     offsets: list[int] = []
@@ -27,7 +27,7 @@ def hashed_chunk(blob: Blob) -> Sidecar:
     return _chunk(blob, array('Q', hashes[1:]), offsets, bytes(flags[1:]))
 
 
-def unmerged_chunk(blob: Blob) -> Sidecar:
+def unmerged_chunk(blob: Blob) -> Chunk:
     """A chunk that keeps every type of ``blob`` as it is (no merging by
     hash): the plain concatenation that libbpf's dedup would be given."""
     offsets: list[int] = []
@@ -36,6 +36,6 @@ def unmerged_chunk(blob: Blob) -> Sidecar:
     return _chunk(blob, array('Q', bytes(8 * count)), offsets, bytes([UNMERGEABLE]) * count)
 
 
-def _chunk(blob: Blob, hashes: array, offsets: list[int], flags: bytes) -> Sidecar:
-    return Sidecar(blob.name, VERSION, HASH_SCHEME, 0, len(offsets), len(blob.data),
+def _chunk(blob: Blob, hashes: array, offsets: list[int], flags: bytes) -> Chunk:
+    return Chunk(blob.name, VERSION, HASH_SCHEME, 0, len(offsets), len(blob.data),
                    hashes, array('I', offsets), flags)

@@ -1,10 +1,13 @@
-"""Pass 2, relocate: where each DATASEC entry's variable landed in the output.
+"""Pass 3, relocate: where each DATASEC entry's variable landed in the output.
 
 In a linked executable (the kernel's temporary vmlinux) ld has already
 applied ``.rela.BTF``: each entry's offset field holds the low 32 bits of
 the variable's address, which names the output section and the offset in
 it.  In a relocatable output (``ld -r``, a module) the relocations are still
-there, and are applied here against the symbols' section offsets.
+there, and are applied here against the symbols' section offsets.  Where
+the objects carry an address table (``.BTF.addrs``, machines whose kernel
+addresses need 64 bits: ``objbtf/elf/addrtable.py``), each entry's address
+is read from there instead, the same two ways.
 
 Entries are found by where their offset field sits in the input section,
 so the link cache (``cache.py``) can place the variables of a link it
@@ -16,7 +19,9 @@ import bisect
 from collections.abc import Callable
 
 from objbtf.btf.errors import BtfError
+from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.types import Btf
+from objbtf.elf.addrtable import SECTION as ADDR_TABLE, address_slots
 from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.relocs import arch_for
@@ -37,10 +42,11 @@ def entry_fields(btf: Btf, origin: Origin) -> Fields:
     """Where each DATASEC entry's offset field sits; ``origin(type id)``
     gives the type's blob and its record's offset in it."""
     out: Fields = {}
+    layout = KINDS[Kind.DATASEC]
     for ds_id, ds in datasecs(btf):
         blob, record = origin(ds_id)
         for j in range(len(ds.items)):
-            out[ds_id, j] = (blob.order, record + 12 + 12 * j + 4)
+            out[ds_id, j] = (blob.order, record + layout.entry_offset(j, 'offset'))
     return out
 
 
@@ -49,13 +55,34 @@ def section_offsets(fields: list[Field], blobs: list[Blob]) -> list[int]:
     return [blobs[order].offset + off for order, off in fields]
 
 
-def place_fields(elf: ElfFile, btf_section: Section, fields: list[int],
+def place_fields(elf: ElfFile, btf_section: Section, blobs: list[Blob], fields: list[int],
                  describe: Callable[[int], str]) -> list[tuple[Section, int]]:
     """(output section, offset in it) of the variable of each entry whose
-    offset field sits at ``fields[k]``; ``describe(k)`` names it in errors."""
+    offset field sits at ``fields[k]`` of ``btf_section``, which holds
+    ``blobs``; ``describe(k)`` names it in errors."""
+    table = elf.section_by_name(ADDR_TABLE)
+    if table is None:
+        where, width, slots = btf_section, 4, fields
+    else:
+        where, width, slots = table, 8, _table_slots(elf, table, blobs, fields, describe)
     if elf.e_type == ET_REL:
-        return _from_relocations(elf, btf_section, fields, describe)
-    return _from_addresses(elf, btf_section, fields, describe)
+        return _from_relocations(elf, where, slots, describe)
+    return _from_addresses(elf, where, width, slots, describe)
+
+
+def _table_slots(elf: ElfFile, table: Section, blobs: list[Blob], fields: list[int],
+                 describe: Callable[[int], str]) -> list[int]:
+    """Where the address of each field's variable sits in the address table."""
+    in_link_order = sorted(blobs, key=lambda b: b.index)
+    slots = address_slots(elf.section_view(table), elf.byteorder,
+                          [(b.offset, len(b.data), b.label) for b in in_link_order])
+    out = []
+    for k, field in enumerate(fields):
+        slot = slots.get(field)
+        if slot is None:
+            raise BtfError(f'{describe(k)} has no entry in {ADDR_TABLE}')
+        out.append(slot)
+    return out
 
 
 def place_variables(elf: ElfFile, btf: Btf, btf_section: Section, fields: Fields,
@@ -69,33 +96,35 @@ def place_variables(elf: ElfFile, btf: Btf, btf_section: Section, fields: Fields
         return (f"variable '{btf[ds.items[j].type].name}' of DATASEC '{ds.name}' in "
                 f'{blobs[fields[ds_id, j][0]].label}')
     offsets = section_offsets(list(fields.values()), blobs)
-    return dict(zip(keys, place_fields(elf, btf_section, offsets, describe)))
+    return dict(zip(keys, place_fields(elf, btf_section, blobs, offsets, describe)))
 
 
-def _from_addresses(elf: ElfFile, btf_section: Section, fields: list[int],
+def _from_addresses(elf: ElfFile, where: Section, width: int, fields: list[int],
                     describe: Callable[[int], str]) -> list[tuple[Section, int]]:
-    signed = arch_for(elf).abs32_signed
+    """From the addresses ld wrote into the ``width``-byte fields of ``where``."""
+    signed = width == 4 and arch_for(elf).abs32_signed
     mask = (1 << (elf.elf_class)) - 1
     sections = sorted((s for s in elf.sections if s.flags & SHF_ALLOC and s.size), key=lambda s: s.addr)
     starts = [s.addr for s in sections]
-    data = elf.section_view(btf_section)
+    data = elf.section_view(where)
     byteorder = elf.byteorder
     out = []
     for k, field in enumerate(fields):
-        value = int.from_bytes(data[field:field + 4], byteorder)
+        value = int.from_bytes(data[field:field + width], byteorder)
         if signed and value >= 1 << 31:
             value = (value - (1 << 32)) & mask
         i = bisect.bisect_right(starts, value) - 1
         if i < 0 or value >= sections[i].addr + sections[i].size:
             raise BtfError(f'{describe(k)} is at 0x{value:x}, inside no section of the '
-                           'output: was .rela.BTF applied by the link?')
+                           f'output: was .rela{where.name} applied by the link?')
         out.append((sections[i], value - sections[i].addr))
     return out
 
 
-def _from_relocations(elf: ElfFile, btf_section: Section, fields: list[int],
+def _from_relocations(elf: ElfFile, where: Section, fields: list[int],
                       describe: Callable[[int], str]) -> list[tuple[Section, int]]:
-    rsec = elf.reloc_section_for(btf_section.index)
+    """From the relocations of the fields of ``where`` that ``ld -r`` left."""
+    rsec = elf.reloc_section_for(where.index)
     symbols = elf.symbols()
     by_field: dict[int, tuple[int, int]] = {}
     if rsec is not None:
@@ -105,7 +134,7 @@ def _from_relocations(elf: ElfFile, btf_section: Section, fields: list[int],
     for k, field in enumerate(fields):
         hit = by_field.get(field)
         if hit is None:
-            raise BtfError(f'{describe(k)} has no relocation in .rela.BTF')
+            raise BtfError(f'{describe(k)} has no relocation in .rela{where.name}')
         sym = symbols[hit[0]]
         if sym.shndx == 0 or sym.shndx >= SHN_LORESERVE:
             raise BtfError(f"{describe(k)} is relocated against undefined symbol '{sym.name}'")

@@ -1,4 +1,4 @@
-"""Optional pass after dedup: the non-percpu variables as split BTF of their own.
+"""Pass 8 (encode) with --split-vars: the non-percpu variables as split BTF of their own.
 
 With every variable encoded (``global_var``), vmlinux's BTF would grow by
 thousands of VARs.  The design proposed upstream ships them apart instead:

@@ -15,10 +15,12 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from objbtf.errors import ObjbtfError
+
 T = TypeVar('T')
 
 
-class WorkerError(Exception):
+class WorkerError(ObjbtfError):
     """A worker ended without a result."""
 
 

@@ -1,22 +1,25 @@
 """Find the BTF of a file: the .BTF section of an ELF object, or a raw blob."""
 from __future__ import annotations
 
+import os
+
 from .btf.errors import BtfError
 from .btf.reader import parse_btf
 from .btf.types import Btf
 from .elf.errors import ElfError
 from .elf.reader import ElfFile
+from .files import open_regular, read_regular
 
 ELF_MAGIC = b'\x7fELF'
 
 
 def read_btf_bytes(path: str) -> bytes:
     """The raw BTF of ``path``: its .BTF section if it is ELF, else the file."""
-    with open(path, 'rb') as f:
+    fd, _ = open_regular(path)
+    with os.fdopen(fd, 'rb') as f:
         head = f.read(4)
     if head != ELF_MAGIC:
-        with open(path, 'rb') as f:
-            return f.read()
+        return read_regular(path)
     with ElfFile.open(path) as elf:
         sec = elf.section_by_name('.BTF')
         if sec is None:

@@ -10,11 +10,8 @@ import sys
 
 import click
 
-from .features import DEFAULT, OPTIONAL, Features
-
-FEATURES_HELP = ('Comma list of BTF features, as pahole\'s --btf_features: '
-                 + ', '.join(DEFAULT) + ' (the default set, also "default"); '
-                 + ', '.join(OPTIONAL) + ' (off unless named). "-NAME" turns one off.')
+from .features import Features
+from .options import COMMANDS, Option
 
 
 def _features(ctx, _param, value: str | None) -> Features:
@@ -24,8 +21,48 @@ def _features(ctx, _param, value: str | None) -> Features:
         raise click.BadParameter(str(err), ctx=ctx) from None
 
 
-features_option = click.option('--btf-features', 'features', metavar='LIST', default=None,
-                               callback=_features, help=FEATURES_HELP)
+def _click_option(opt: Option):
+    """The click option for one entry of the command-line table."""
+    kw: dict = {'help': opt.help, 'metavar': opt.metavar}
+    if opt.kind == 'flag':
+        kw['is_flag'] = True
+    elif opt.kind == 'path':
+        kw['type'] = click.Path(dir_okay=opt.any_path)
+    elif opt.kind == 'jobs':
+        kw['type'] = click.IntRange(min=1)
+    elif opt.kind == 'features':
+        kw['callback'] = _features
+    elif opt.default is not None:
+        kw.update(default=opt.default, show_default=True)
+    return click.option(*opt.flags, opt.dest, **kw)
+
+
+def _from_table(name: str):
+    """Give a click command the argument and options the table declares for it."""
+    command = COMMANDS[name]
+
+    def declare(f):
+        for opt in reversed(command.options):
+            f = _click_option(opt)(f)
+        arg = command.argument
+        if arg.command_line:
+            kw = {'nargs': -1, 'required': True, 'type': click.UNPROCESSED}
+        else:
+            kw = {'type': click.Path(dir_okay=arg.any_path)}
+            if arg.many:
+                kw.update(nargs=-1, required=True)
+        return click.argument(arg.dest, **kw)(f)
+    return declare
+
+
+def _check_requires(name: str, values: dict) -> None:
+    """The table's ``requires``: an option that needs another one."""
+    options = {opt.dest: opt for opt in COMMANDS[name].options}
+    for opt in options.values():
+        needed = options.get(opt.requires)
+        if needed and values[opt.dest] and values[needed.dest] is None:
+            what = f' {needed.metavar}' if needed.metavar else ''
+            raise click.UsageError(f'{opt.flags[-1]} needs {needed.flags[-1]}{what}')
 
 
 @click.group(context_settings={'help_option_names': ['-h', '--help']})
@@ -42,13 +79,12 @@ def main() -> None:
     Looking at BTF:
       objbtf dump FILE               bpftool-style listing
       objbtf check FILE [--kernel]   the kernel's BTF rules, or the kernel itself
+      objbtf diff A B                what differs between two BTFs, by name
     """
 
 
 @main.command()
-@click.argument('objects', nargs=-1, required=True, type=click.Path(dir_okay=False))
-@features_option
-@click.option('-q', '--quiet', is_flag=True, help='No notice for objects without DWARF types.')
+@_from_table('encode')
 def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     """Encode each object's DWARF as BTF, written into the object.
 
@@ -66,8 +102,7 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
 
 @main.command(context_settings={'ignore_unknown_options': True,
                                 'allow_interspersed_args': False})
-@click.argument('command', nargs=-1, required=True, type=click.UNPROCESSED)
-@features_option
+@_from_table('cc')
 def cc(command: tuple[str, ...], features: Features) -> None:
     """Run a compiler, then encode the object it wrote (-o FILE).
 
@@ -82,26 +117,21 @@ def cc(command: tuple[str, ...], features: Features) -> None:
 
 def _read_or_exit(path: str, base_path: str | None):
     """(raw bytes, base Btf or None) of ``path``, or exit 1 naming the file."""
-    from .btf.errors import BtfError
     from .btf_file import load_btf_file, read_btf_bytes
-    from .elf.errors import ElfError
+    from .errors import ObjbtfError
+    from .files import error_text
     try:
         base = load_btf_file(base_path) if base_path else None
-    except (OSError, BtfError, ElfError) as err:
-        raise click.ClickException(f'{base_path}: {err}') from None
+    except (OSError, ObjbtfError) as err:
+        raise click.ClickException(f'{base_path}: {error_text(err)}') from None
     try:
         return read_btf_bytes(path), base
-    except (OSError, BtfError, ElfError) as err:
-        raise click.ClickException(f'{path}: {err}') from None
-
-
-base_option = click.option('-B', '--base', 'base_path', type=click.Path(dir_okay=False),
-                           help='Base BTF (vmlinux) for split BTF such as a module\'s.')
+    except (OSError, ObjbtfError) as err:
+        raise click.ClickException(f'{path}: {error_text(err)}') from None
 
 
 @main.command()
-@click.argument('file', type=click.Path(exists=True, dir_okay=False))
-@base_option
+@_from_table('dump')
 def dump(file: str, base_path: str | None) -> None:
     """List the BTF of FILE as `bpftool btf dump file` does.
 
@@ -122,11 +152,7 @@ def dump(file: str, base_path: str | None) -> None:
 
 
 @main.command()
-@click.argument('file', type=click.Path(exists=True, dir_okay=False))
-@base_option
-@click.option('--kernel', is_flag=True,
-              help='Also load the BTF into the running kernel (BPF_BTF_LOAD, needs root) '
-                   'and print its verdict and verifier log.')
+@_from_table('check')
 def check(file: str, base_path: str | None, kernel: bool) -> None:
     """Check the BTF of FILE against the kernel's BTF rules.
 
@@ -161,42 +187,10 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
 
 
 @main.command()
-@click.argument('file', type=click.Path(exists=True, dir_okay=False))
-@base_option
-@click.option('-o', '--output', type=click.Path(dir_okay=False),
-              help='Write here instead of into FILE: a name ending in .o gets an object '
-                   'with an alloc, read-only .BTF (like the kernel\'s .btf.vmlinux.bin.o), '
-                   'any other name the raw BTF.')
-@click.option('--input-section', default='.BTF', show_default=True,
-              help='The section of FILE that holds the per-object BTF.')
-@click.option('--split-vars', type=click.Path(dir_okay=False), metavar='FILE',
-              help='Write the variables outside .data..percpu (objects encoded with '
-                   'global_var) to FILE, as split BTF on top of vmlinux\'s, which keeps '
-                   'only the percpu ones.')
-@click.option('--cache', type=click.Path(dir_okay=False), metavar='FILE',
-              help='Keep this link in FILE; a later link whose objects\' types are all '
-                   'unchanged (an edit to function bodies) only places the variables '
-                   'anew.  Same output either way.  For vmlinux, without --base or '
-                   '--split-vars.')
-@click.option('--objects', 'objects_path', type=click.Path(exists=True, dir_okay=False),
-              metavar='LIST',
-              help='The objects that went into FILE: a thin archive (vmlinux.a) or a text '
-                   'file, one path per line (a module\'s .mod). A listed object without '
-                   'BTF in FILE (built without objbtf encode) is an error naming it. Paths '
-                   'are compared with the names the objects were encoded under: run the '
-                   'link where they were encoded (archive members are relative to the '
-                   'archive\'s directory, list lines to the current one).')
-@click.option('--allow-missing', is_flag=True,
-              help='With --objects: warn about listed objects without BTF, and link '
-                   'the others.')
-@click.option('-j', '--jobs', type=click.IntRange(min=1), metavar='N',
-              help='Processes that share the work over the objects (default: the CPUs '
-                   'this process may use).  The output is the same for any N.')
-@click.option('-q', '--quiet', is_flag=True,
-              help='No summary and no progress; warnings and errors still go to stderr.')
-@features_option
+@_from_table('link')
 def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         split_vars: str | None, cache: str | None, objects_path: str | None,
+         split_vars: str | None, cache: str | None, base_index: str | None,
+         objects_path: str | None,
          allow_missing: bool, jobs: int | None, quiet: bool, features: Features) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
@@ -224,27 +218,88 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     Examples:
       objbtf link --objects vmlinux.a --cache .btf.vmlinux.cache \\
                   --output .btf.vmlinux.bin.o .tmp_vmlinux.btf
-      objbtf link --base vmlinux --objects drivers/net/veth.mod drivers/net/veth.ko
+      objbtf link --base vmlinux --base-index .btf.vmlinux.index \\
+                  --objects drivers/net/veth.mod drivers/net/veth.ko
     """
-    from linkdedup.objects import ObjectList, ObjectsError
-    from linkdedup.pipeline import LinkError, Progress, link as run_link
-    from linkdedup.workers import WorkerError, default_jobs
-    from .btf.errors import BtfError
-    from .elf.errors import ElfError
-    if allow_missing and objects_path is None:
-        raise click.UsageError('--allow-missing needs --objects LIST')
+    from .commands import Failure, run_link
+    _check_requires('link', click.get_current_context().params)
     try:
-        objects = ObjectList(objects_path, allow_missing) if objects_path else None
-        summary = run_link(file, features=features, base_path=base_path, output=output,
-                           section=input_section, split_vars=split_vars, cache=cache,
-                           objects=objects, jobs=jobs or default_jobs(),
-                           progress=Progress(sys.stderr.isatty() and not quiet))
-    except (LinkError, ObjectsError, WorkerError) as err:
+        lines = run_link(file, base_path, output, input_section, split_vars, cache,
+                         objects_path, allow_missing, jobs, quiet, features, base_index)
+    except Failure as err:
         raise click.ClickException(str(err)) from None
-    except (BtfError, ElfError) as err:
-        raise click.ClickException(f'{file}: {err}') from None
-    except OSError as err:
-        raise click.ClickException(f'{err.filename or file}: {err.strerror}') from None
-    if not quiet:
-        for line in summary.lines():
-            click.echo(line, err=True)
+    for line in lines:
+        click.echo(line, err=True)
+
+
+@main.group()
+def server() -> None:
+    """The resident server of the build tree in the current directory.
+
+    \b
+    encode, cc and link run in a warm server process, one per build tree,
+    user and objbtf version, started by the first command that finds none
+    and gone after OBJBTF_RESIDENT_IDLE seconds (default 30) without work.
+    OBJBTF_RESIDENT=0 runs every command in its own process instead.
+    """
+
+
+@server.command()
+def status() -> None:
+    """Print each server of this tree (pid, version digest, requests, ...);
+    exit status 1 when there is none."""
+    from .client import control
+    answers = control('status')
+    for answer in answers:
+        click.echo(' '.join(f'{k}={v}' for k, v in answer.items()))
+    if not answers:
+        click.echo(f'no objbtf server for {os.getcwd()}')
+        sys.exit(1)
+
+
+@server.command()
+def stop() -> None:
+    """Stop every server of this tree, after the commands they are running;
+    each one logs its CPU to OBJBTF_SERVER_LOG if its starter set it."""
+    from .client import control
+    for answer in control('stop'):
+        click.echo(f'stopped pid={answer["pid"]} requests={answer["requests"]}')
+
+
+@server.command()
+def command() -> None:
+    """Print the quickest command line that runs objbtf through the server:
+    the interpreter without site (-S) on the bare client, for OBJBTF=."""
+    import shlex
+    from .client import ROOT
+    click.echo(shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))
+
+
+@main.command()
+@click.argument('a', type=click.Path(dir_okay=False))
+@click.argument('b', type=click.Path(dir_okay=False))
+@click.option('-B', '--base', 'base_path', type=click.Path(dir_okay=False),
+              help='Base BTF (vmlinux) of split BTF such as a module\'s, for both sides.')
+@click.option('--base-b', type=click.Path(dir_okay=False),
+              help='Another base for B (default: --base).')
+@click.option('--format', 'fmt', type=click.Choice(['text', 'json']), default='text',
+              show_default=True, help='json: one document, for scripts.')
+def diff(a: str, b: str, base_path: str | None, base_b: str | None, fmt: str) -> None:
+    """What differs from the BTF of A to that of B, by name.
+
+    \b
+    A and B: raw .btf files, objects, a vmlinux, or modules (with --base).
+    Three sections, each "N added, N removed, N changed", then the entries
+    ("+" only in B, "-" only in A, "~" in both, declared otherwise):
+      functions   FUNCs by name, compared by prototype (with parameter names)
+      types       named types by kind and name, compared by declaration
+                  (size, members with types and offsets, enumerators, ...)
+      variables   VARs by name, compared by type, linkage and DATASEC
+    Type ids never matter; anonymous types count through the named types
+    that use them.
+    \b
+    Exit status: 0 equal, 1 different, 2 an input cannot be read.
+    Example:  objbtf diff --format json vmlinux.before vmlinux.after
+    """
+    from .diff import run_diff
+    sys.exit(run_diff(a, b, base_path, base_b, fmt))

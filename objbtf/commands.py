@@ -1,11 +1,36 @@
-"""What ``encode`` and ``cc`` do, apart from parsing: shared by the click CLI
-and by the click-free entry point (see ``entry``)."""
+"""What ``encode``, ``cc`` and ``link`` do, apart from parsing: shared by the
+click CLI and by the click-free paths (``entry``, and the resident server's
+children), so that a command does the same whichever path read it."""
 from __future__ import annotations
 
 import os
 import sys
 
+from .errors import ObjbtfError
 from .features import Features
+from .options import Parsed
+
+
+class Failure(ObjbtfError):
+    """A command failed; str() is the one-line message (click prints it as
+    "Error: ...", and so does ``dispatch``)."""
+
+
+def dispatch(parsed: Parsed) -> int:
+    """Run a command line ``options.parse_fast`` read; its exit status."""
+    v = parsed.values
+    if parsed.command == 'encode':
+        return run_encode(v['objects'], v['features'], v['quiet'])
+    if parsed.command == 'cc':
+        return run_cc(v['command'], v['features'])
+    try:
+        lines = run_link(**v)
+    except Failure as err:
+        print(f'Error: {err}', file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 0
 
 
 def _say(message: str) -> None:
@@ -37,13 +62,20 @@ def run_cc(command: list[str], features: Features) -> int:
     except OSError as err:
         _say(f'{command[0]}: {err.strerror}')
         return 127
+    except BaseException:       # interrupted: the killed compiler's output is unfinished
+        _remove(output)
+        raise
     if status != 0:
-        if output and os.path.exists(output):
-            os.unlink(output)
+        _remove(output)
         return status
     if output is None or not output.endswith('.o'):
         return 0
     return run_encode([output], features, quiet=True)
+
+
+def _remove(output: str | None) -> None:
+    if output and os.path.exists(output):
+        os.unlink(output)
 
 
 def output_of(command: list[str]) -> str | None:
@@ -54,3 +86,27 @@ def output_of(command: list[str]) -> str | None:
         if arg.startswith('-o') and len(arg) > 2:
             return arg[2:]
     return None
+
+
+def run_link(file: str, base_path: str | None, output: str | None, input_section: str,
+             split_vars: str | None, cache: str | None, objects_path: str | None,
+             allow_missing: bool, jobs: int | None, quiet: bool,
+             features: Features, base_index: str | None = None) -> list[str]:
+    """Link; the summary's lines (none if ``quiet``).  Raises Failure."""
+    from linkdedup.objects import ObjectList, ObjectsError
+    from linkdedup.pipeline import LinkError, Progress, link
+    from linkdedup.workers import WorkerError, default_jobs
+    from .errors import ObjbtfError
+    from .files import error_text
+    try:
+        objects = ObjectList(objects_path, allow_missing) if objects_path else None
+        summary = link(file, features=features, base_path=base_path, output=output,
+                       section=input_section, split_vars=split_vars, cache=cache,
+                       objects=objects, jobs=jobs or default_jobs(),
+                       base_index=base_index,
+                       progress=Progress(sys.stderr.isatty() and not quiet))
+    except (LinkError, ObjectsError, WorkerError) as err:
+        raise Failure(str(err)) from None
+    except (ObjbtfError, OSError) as err:
+        raise Failure(f'{getattr(err, "filename", None) or file}: {error_text(err)}') from None
+    return [] if quiet else summary.lines()

@@ -1,18 +1,24 @@
 """Encode one object file on disk: read it, encode, rewrite it atomically."""
 from __future__ import annotations
 
-from .btf.errors import BtfError
-from .dwarf.loader import LoadError
-from .dwarf.reader import DwarfError
-from .elf.errors import ElfError
+from .btf.chunk import SECTION as CHUNK_SECTION
+from .compiler_btf.loader import encode_compiler_btf
+from .elf.errors import FileChanged
 from .elf.reader import ElfFile
-from .encoder import (EncodeError, Encoded, encode_elf, has_dwarf, write_sections,
-                      write_typeless_chunk)
+from .encoder import BTF_SECTION, Encoded, encode_elf, has_dwarf, write_sections, write_typeless_chunk
+from .errors import ObjbtfError
 from .features import Features
+from .files import error_text
 
 
-class EncodeFailure(Exception):
+class EncodeFailure(ObjbtfError):
     """One object could not be encoded; str() is the one-line message with its path."""
+
+
+#: How often an object that changed while it was encoded is read again.
+#: Two encodes of one file at once (a misconfigured rule under make -j)
+#: give the same bytes, so the later one simply reads the earlier's result.
+RETRIES = 5
 
 
 def encode_path(path: str, features: Features) -> Encoded | None:
@@ -20,18 +26,44 @@ def encode_path(path: str, features: Features) -> Encoded | None:
 
     The kernel rejects BTF without types, so such an object (no DWARF, or
     DWARF of assembly only) gets no .BTF, only the .BTF.objbtf chunk that
-    names it (see ``write_typeless_chunk``).  The chunk records ``path`` as
-    given: the link compares it with the objects a build lists.
+    names it (see ``write_typeless_chunk``), and loses the .BTF and
+    .rela.BTF an earlier encode left.  The chunk records ``path`` as given:
+    the link compares it with the objects a build lists.
     """
-    try:
-        with ElfFile.open(path) as elf:
-            enc = encode_elf(elf, features, path) if has_dwarf(elf) else None
-            if enc is None or not len(enc.btf):
-                write_typeless_chunk(path, elf, path)
-                return None
-            write_sections(path, elf, enc)
-            return enc
-    except OSError as err:
-        raise EncodeFailure(f'{path}: {err.strerror or err}') from None
-    except (ElfError, DwarfError, LoadError, EncodeError, BtfError) as err:
-        raise EncodeFailure(f'{path}: {err}') from None
+    for attempt in range(RETRIES):
+        try:
+            return _encode_once(path, features)
+        except FileChanged:
+            if attempt == RETRIES - 1:
+                raise EncodeFailure(f'{path}: the file kept changing while it was '
+                                    f'encoded ({RETRIES} attempts)') from None
+        except OSError as err:
+            raise EncodeFailure(f'{path}: {error_text(err)}') from None
+        except ObjbtfError as err:
+            raise EncodeFailure(f'{path}: {err}') from None
+    raise AssertionError('unreachable')
+
+
+def _encode_once(path: str, features: Features) -> Encoded | None:
+    with ElfFile.open(path) as elf:
+        enc = _encode(elf, features, path)
+        if enc is None or not len(enc.btf):
+            write_typeless_chunk(path, elf, path)
+            return None
+        write_sections(path, elf, enc)
+        return enc
+
+
+def _encode(elf: ElfFile, features: Features, path: str) -> Encoded | None:
+    """Encode from the object's source of types; None if it has none.
+
+    The compiler's own BTF (GCC ``-gbtf``), with or without DWARF, when
+    objbtf has not encoded the object yet: reading it costs a fraction of
+    decoding DWARF.  Once objbtf has (a ``.BTF.objbtf`` chunk), ``.BTF`` is
+    objbtf's own, not a source: the object is encoded again from its DWARF,
+    and without DWARF it has no types left (README: re-encoding).
+    """
+    sec = elf.section_by_name(BTF_SECTION)
+    if sec is not None and sec.size and elf.section_by_name(CHUNK_SECTION) is None:
+        return encode_compiler_btf(elf, features, path)
+    return encode_elf(elf, features, path) if has_dwarf(elf) else None

@@ -1,26 +1,36 @@
-"""The per-object step: DWARF of one object -> its .BTF and .rel(a).BTF sections.
+"""The per-object step: DWARF of one object -> its .BTF and .rel(a).BTF sections
+(or, where kernel addresses need 64 bits, .BTF.addrs and its relocations).
 
 Runs once per compiled object, so it imports nothing heavy (no lief, no
 pyelftools) and applies DWARF relocations in bulk.
 """
 from __future__ import annotations
 
+import struct
 from collections import namedtuple
 
 from .btf.dedup import dedup
 from .btf.hashing import type_hashes
-from .btf.sidecar import SECTION as SIDECAR, encode_sidecar, typeless_sidecar
-from .btf.kinds import Kind
+from .btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
+from .btf.kinds import BTF_HEADER_LEN, KINDS, Kind
+from .btf.validate import first_problem
 from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf
 from .dwarf import constants as C
 from .dwarf.loader import CuLoader
+from .dwarf.locations import NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, parameter_register
 from .dwarf.reader import DebugSections, Die, Expr, read_uleb, read_units
 from .elf.consts import SHN_LORESERVE, SHT_REL
+from .elf.addrtable import SECTION as ADDR_TABLE, encode_table
 from .elf.reader import ElfFile, Symbol
 from .elf.relocs import apply_relocations, arch_for
 from .elf.writer import NewSection, Reloc, rewrite_object
+from .errors import ObjbtfError
 from .features import Features
+from .functions import (
+    FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_keys,
+    prototype,
+)
 
 BTF_SECTION = '.BTF'
 STT_OBJECT, STT_FUNC, STT_SECTION = 1, 2, 3
@@ -29,7 +39,7 @@ PERCPU_SECTION = '.data..percpu'
 SKIPPED_VAR_PREFIXES = ('__UNIQUE_ID', '__tpstrtab_', '__exitcall_')
 
 
-class EncodeError(Exception):
+class EncodeError(ObjbtfError):
     """An object that cannot be encoded; the message says why."""
 
 
@@ -38,13 +48,15 @@ class VarPlacement(namedtuple('VarPlacement', 'section offset symbol addend size
     __slots__ = ()
 
 
-class Encoded(namedtuple('Encoded', 'btf raw sidecar relocs functions variables')):
-    """The result of encoding one object."""
+class Encoded(namedtuple('Encoded', 'btf raw chunk relocs addrs functions variables facts')):
+    """The result of encoding one object: ``relocs`` maps a section's name
+    to its relocations; ``addrs`` is the address table, or None; ``facts``
+    what the link needs to know of its functions (``functions.py``)."""
     __slots__ = ()
 
 
 def has_dwarf(elf: ElfFile) -> bool:
-    sec = elf.section_by_name('.debug_info')
+    sec = elf.debug_section('.debug_info')
     return sec is not None and sec.size > 0
 
 
@@ -59,33 +71,64 @@ def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
     symbols = elf.symbols()
     btf = Btf(byteorder=elf.byteorder)
     places = _Placer(elf, symbols)
-    func_names = {s.name for s in symbols if s.type == STT_FUNC}
-    generated: set[str] = set()
+    functions = _Functions(elf, symbols, secs.loclists)
     entries: dict[int, list[tuple[VarPlacement, int]]] = {}
-    n_funcs = n_vars = 0
+    n_vars = 0
     for cu in units:
         loader = CuLoader(cu, btf, features, all_dies)
         loader.load_types()
         loader.add_type_decl_tags()
-        n_funcs += _add_functions(loader, cu.dies, func_names, generated)
+        functions.add(loader, cu)
         if features.var:
             n_vars += _add_variables(loader, cu, places, features, entries)
+    return finish_encoding(btf, elf, entries, name, len(functions.first), n_vars,
+                           functions.facts)
+
+
+def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPlacement, int]]],
+                    name: str, n_funcs: int, n_vars: int, facts: dict[str, int],
+                    source: str = 'its DWARF') -> Encoded:
+    """What every loader's types go through: a DATASEC per input section
+    from ``entries`` (section index -> each variable's placement and VAR
+    id), the object's dedup, the check that the kernel would accept it
+    (``source`` names where the types came from), the blob, its
+    relocations and the chunk, with ``facts`` on the functions."""
     placements = _add_datasecs(btf, elf, entries)
     out = dedup(btf)
+    _refuse_invalid(out, source)
     offsets: list[int] = []
     raw = encode_btf(out, offsets)
     hashes, flags = type_hashes(out)
-    sidecar = encode_sidecar(name, hashes, offsets, flags, len(raw), elf.byteorder)
-    return Encoded(out, raw, sidecar, _datasec_relocs(out, placements, offsets, elf),
-                   n_funcs, n_vars)
+    chunk = encode_chunk(name, hashes, offsets, flags, len(raw), elf.byteorder,
+                             facts)
+    relocs, addrs = _datasec_relocs(out, placements, offsets, elf, len(raw))
+    return Encoded(out, raw, chunk, relocs, addrs, n_funcs, n_vars, facts)
+
+
+def _section(elf: ElfFile, name: str, relocate: bool = False) -> bytes:
+    sec = elf.debug_section(name)
+    if sec is None:
+        return b''
+    return apply_relocations(elf, sec) if relocate else elf.section_data(sec)
+
+
+def _refuse_invalid(btf: Btf, source: str) -> None:
+    """EncodeError if ``btf``, made from ``source``, breaks a rule of the
+    kernel's (``objbtf check``).
+
+    A compiler's DWARF always gives valid BTF (tests/test_kernel_objects.py
+    checks every object of the reference kernel); corrupt DWARF (a name
+    from a damaged .debug_str, a member past its struct, a typedef loop)
+    would not, and a kernel that finds such BTF at boot has no BTF at all.
+    So nothing is written that the kernel would refuse."""
+    problem = first_problem(btf)
+    if problem is not None:
+        raise EncodeError(f'{source} gives BTF the kernel would reject: {problem}')
 
 
 def _debug_sections(elf: ElfFile) -> DebugSections:
     def data(name: str, relocate: bool = False) -> bytes:
-        sec = elf.section_by_name(name)
-        if sec is None:
-            return b''
-        return apply_relocations(elf, sec) if relocate else elf.section_data(sec)
+        return _section(elf, name, relocate)
 
     abbrev = data('.debug_abbrev')
     if not abbrev:
@@ -93,33 +136,132 @@ def _debug_sections(elf: ElfFile) -> DebugSections:
     return DebugSections(info=data('.debug_info', True), abbrev=abbrev,
                          str=data('.debug_str'), line_str=data('.debug_line_str'),
                          str_offsets=data('.debug_str_offsets', True),
-                         addr=data('.debug_addr', True), byteorder=elf.byteorder)
+                         addr=data('.debug_addr', True), byteorder=elf.byteorder,
+                         loclists=data('.debug_loclists'))
 
 
-def _add_functions(loader: CuLoader, dies: list[Die], func_names: set[str],
-                   generated: set[str]) -> int:
-    """pahole's choice: a definition, every parameter named, an ELF function
-    symbol of that exact name (or external when the object has none), and
-    only the first DIE of each name."""
-    count = 0
-    for die in dies:
-        if not die.top or die.tag != C.TAG_subprogram or die.attrs.get(C.AT_declaration):
-            continue
-        name = loader.origin_attr(die, C.AT_name)
-        if not name:
-            continue
-        params = loader.params(die)
-        if any(not n for n, t in params if t):
-            continue
-        if func_names:
-            if name not in func_names or name in generated:
+class _Functions:
+    """pahole 1.31's choice of functions in one object, and the facts the
+    link needs about them (``objbtf/functions.py``).
+
+    A FUNC for the first definition (in DIE order, as pahole takes the
+    first) of each name that is the key of a function symbol of the object
+    (or that is external, when the object has no function symbols), whose
+    parameters all have names.  Every such definition adds its facts: its
+    parameters' registers, and whether its prototype is the first one's.
+    """
+
+    def __init__(self, elf: ElfFile, symbols: list[Symbol], loclists: bytes):
+        self.keys, self.weak = function_keys(symbols)
+        self.registers = REGISTER_PARAMS.get(elf.machine, ())
+        self.nr_registers = NR_REGISTER_PARAMS.get(elf.machine, 0)
+        self.locations = Locations(loclists, lambda: _section(elf, '.debug_loc', True),
+                                   elf.byteorder)
+        self.first: dict[str, tuple[str, ...]] = {}       # name -> its FUNC's prototype
+        self.facts: dict[str, int] = {}
+
+    def add(self, loader: CuLoader, cu) -> None:
+        """The FUNCs and facts of one unit's top-level functions."""
+        for die in cu.dies:
+            if not die.top or die.tag != C.TAG_subprogram or die.attrs.get(C.AT_declaration):
                 continue
-            generated.add(name)
-        elif not loader.origin_attr(die, C.AT_external):
+            name = loader.origin_attr(die, C.AT_name)
+            if not name:
+                continue
+            params = loader.params(die)
+            if any(not n for n, t in params if t):
+                continue
+            if self.keys:
+                if name not in self.keys:
+                    continue
+            elif not loader.origin_attr(die, C.AT_external):
+                continue
+            shape = prototype(loader.btf, loader.proto(die))
+            facts = self._parameter_facts(loader, cu, die)
+            first = self.first.get(name)
+            if first is None:
+                self.first[name] = shape
+                loader.add_function(die, name)
+                facts |= FACT_WEAK if name in self.weak else 0
+            elif first != shape:
+                facts |= FACT_INCONSISTENT
+            self.facts[name] = self.facts.get(name, 0) | facts
+
+    def _parameter_facts(self, loader: CuLoader, cu, die: Die) -> int:
+        """pahole's unexpected_reg and uncertain_parm_loc for one definition."""
+        regs = self.registers
+        unexpected = has_struct = uncertain = False
+        params = [c for c in die.children if c.tag == C.TAG_formal_parameter]
+        for idx, c in enumerate(params):
+            type_off = loader.origin_attr(c, C.AT_type)
+            if _is_struct(loader, type_off):
+                has_struct = True
+            if idx < len(regs):
+                loc = c.attrs.get(C.AT_location)
+                if loc is None:
+                    continue
+                exprs = self.locations.expressions(loc, cu.version, cu.address_size)
+                try:
+                    actual = parameter_register(exprs, regs[idx])
+                except (IndexError, struct.error):
+                    raise EncodeError(f'the location of a parameter of the function at '
+                                      f'0x{die.offset:x} of .debug_info is truncated') from None
+                if 0 <= actual != regs[idx]:
+                    unexpected = True
+            elif self.nr_registers and len(params) >= self.nr_registers:
+                uncertain = uncertain or _is_packed_struct(loader, type_off, cu.address_size)
+        return ((FACT_UNEXPECTED_REG if unexpected and not has_struct else 0)
+                | (FACT_UNCERTAIN_LOC if uncertain else 0))
+
+
+def _is_struct(loader: CuLoader, type_off: int | None) -> bool:
+    """A struct, through const and typedefs (pahole's param__is_struct)."""
+    for _ in range(16):
+        die = loader.dies.get(type_off) if type_off else None
+        if die is None:
+            return False
+        if die.tag == C.TAG_structure_type:
+            return True
+        if die.tag not in (C.TAG_const_type, C.TAG_typedef):
+            return False
+        type_off = die.attrs.get(C.AT_type)
+    return False
+
+
+def _is_packed_struct(loader: CuLoader, type_off: int | None, pointer_size: int) -> bool:
+    """A named struct (the parameter's own type, as pahole looks) whose
+    layout says packed: a member off its natural alignment, or a size that
+    is no multiple of the largest one (class__infer_packed_attributes)."""
+    die = loader.dies.get(type_off) if type_off else None
+    if die is None or die.tag != C.TAG_structure_type or not die.attrs.get(C.AT_name):
+        return False
+    t = loader.btf[loader.ref(type_off)]
+    if t.kind is not Kind.STRUCT:
+        return False
+    widest = 1
+    for m in t.items:
+        align = _natural_alignment(loader.btf, m.type, pointer_size)
+        if align == 1 or m.bitfield_size:
             continue
-        loader.add_function(die, name)
-        count += 1
-    return count
+        widest = max(widest, align)
+        if (m.bit_offset // 8) % align:
+            return True
+    return t.size % widest != 0
+
+
+def _natural_alignment(btf: Btf, type_id: int, pointer_size: int, depth: int = 0) -> int:
+    t = btf[type_id] if type_id else None
+    if t is None or depth > 32:
+        return 1
+    k = t.kind
+    if k in (Kind.TYPEDEF, Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.TYPE_TAG, Kind.ARRAY):
+        return _natural_alignment(btf, t.type, pointer_size, depth + 1)
+    if k in (Kind.STRUCT, Kind.UNION):
+        return max((_natural_alignment(btf, m.type, pointer_size, depth + 1) for m in t.items),
+                   default=1)
+    if k is Kind.PTR:
+        return pointer_size
+    return max(1, t.size)
 
 
 class _Placer:
@@ -135,7 +277,7 @@ class _Placer:
         m = self._relocs.get(section)
         if m is None:
             m = {}
-            sec = self.elf.section_by_name(section)
+            sec = self.elf.debug_section(section)
             rsec = self.elf.reloc_section_for(sec.index) if sec is not None else None
             if rsec is not None:
                 implicit = self.elf.section_data(sec) if rsec.type == SHT_REL else None
@@ -168,6 +310,9 @@ class _Placer:
         sym = self.symbols[sym_index]
         if sym.shndx == 0 or sym.shndx >= SHN_LORESERVE:
             return None
+        if sym.shndx >= len(self.elf.sections):
+            raise EncodeError(f'symbol {sym_index} is defined in section {sym.shndx}, '
+                              f'the object has {len(self.elf.sections)}')
         offset = sym.value + addend
         own = self._own_symbol(sym.shndx, offset, name)
         if own is not None:
@@ -209,7 +354,7 @@ def _add_variables(loader: CuLoader, cu, places: _Placer, features: Features,
         if placement is None:
             continue
         secname = sections[placement.section].name
-        if not features.global_var and not _is_percpu(secname):
+        if not features.global_var and not is_percpu(secname):
             continue
         var_id = loader.add_variable(die, name)
         entries.setdefault(placement.section, []).append((placement, var_id))
@@ -217,7 +362,7 @@ def _add_variables(loader: CuLoader, cu, places: _Placer, features: Features,
     return count
 
 
-def _is_percpu(name: str) -> bool:
+def is_percpu(name: str) -> bool:
     return name == PERCPU_SECTION or name.startswith(PERCPU_SECTION + '..')
 
 
@@ -238,33 +383,56 @@ def _add_datasecs(btf: Btf, elf: ElfFile,
 
 
 def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], offsets: list[int],
-                    elf: ElfFile) -> list[Reloc]:
-    """A relocation on the offset field of every DATASEC entry.
+                    elf: ElfFile, btf_size: int) -> tuple[dict[str, list[Reloc]], bytes | None]:
+    """A relocation for the offset field of every DATASEC entry: on the
+    field itself, or, on machines whose kernel addresses need 64 bits, on
+    its entry in the address table (returned too; ``addrtable.py``).
 
     Dedup keeps DATASECs and their entries in order, so the n-th DATASEC of
     the output is the n-th one added.
     """
     arch = arch_for(elf)
-    relocs = []
+    fields = []
     datasecs = [(i, t) for i, (_, t) in enumerate(btf.own()) if t.kind is Kind.DATASEC]
+    layout = KINDS[Kind.DATASEC]
     for (pos, t), rows in zip(datasecs, placements, strict=True):
-        base = 24 + offsets[pos] + 12
-        for j, p in enumerate(rows):
-            relocs.append(Reloc(base + 12 * j + 4, p.symbol, arch.abs32, p.addend))
-    return relocs
+        # encode_btf puts the type section right after the header.
+        record = BTF_HEADER_LEN + offsets[pos]
+        fields += [(record + layout.entry_offset(j, 'offset'), p.symbol, p.addend)
+                   for j, p in enumerate(rows)]
+    if not arch.wide:
+        return {BTF_SECTION: [Reloc(f, sym, arch.abs32, addend) for f, sym, addend in fields]}, None
+    table, relocs = encode_table(btf_size, fields, arch, elf.byteorder)
+    return {BTF_SECTION: [], ADDR_TABLE: relocs}, table
 
 
 def write_sections(path: str, elf: ElfFile, enc: Encoded) -> None:
-    """Put .BTF, its relocations and .BTF.objbtf into the object at ``path``,
-    atomically."""
-    rewrite_object(path, elf, [NewSection(BTF_SECTION, enc.raw, addralign=4),
-                               NewSection(SIDECAR, enc.sidecar, addralign=8)],
-                   {BTF_SECTION: enc.relocs})
+    """Put .BTF, .BTF.objbtf and the address table if any, with their
+    relocations, into the object at ``path``, atomically."""
+    sections = [NewSection(BTF_SECTION, enc.raw, addralign=4),
+                NewSection(CHUNK_SECTION, enc.chunk, addralign=8)]
+    if enc.addrs is not None:
+        sections.append(NewSection(ADDR_TABLE, enc.addrs, addralign=8))
+    rewrite_object(path, elf, sections, enc.relocs)
 
 
 def write_typeless_chunk(path: str, elf: ElfFile, name: str) -> None:
     """Mark an object without types as seen by objbtf: a ``.BTF.objbtf``
     chunk with its name and no types, and no .BTF (the kernel rejects BTF
-    without types).  The link then knows the object lacks nothing."""
-    rewrite_object(path, elf, [NewSection(SIDECAR, typeless_sidecar(name, elf.byteorder),
-                                          addralign=8)])
+    without types).  The link then knows the object lacks nothing.
+
+    An object objbtf encoded before (it has a chunk) that no longer has
+    types (recompiled without -g, stripped) keeps its .BTF section, emptied,
+    and its .rela.BTF (or address table) emptied too: the link would
+    otherwise take the old types and relocations.  Emptied, not removed: removing a section
+    renumbers the ones after it, which a tool such as strip may have put
+    after .BTF.  An empty .BTF adds nothing to what ld concatenates."""
+    chunk = NewSection(CHUNK_SECTION, typeless_chunk(name, elf.byteorder), addralign=8)
+    stale = elf.section_by_name(CHUNK_SECTION) is not None and elf.section_by_name(BTF_SECTION)
+    if stale:
+        emptied = [NewSection(BTF_SECTION, b'', addralign=4), chunk]
+        if elf.section_by_name(ADDR_TABLE) is not None:
+            emptied.append(NewSection(ADDR_TABLE, b'', addralign=8))
+        rewrite_object(path, elf, emptied, {BTF_SECTION: []})
+        return
+    rewrite_object(path, elf, [chunk])

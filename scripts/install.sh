@@ -3,9 +3,12 @@
 # then objbtf itself (editable, with its test extras). Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip
+pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip strace
       # the reference kernel and the Kbuild integration's end-to-end test
-      linux-source-6.1 patch make flex bison bc libssl-dev libelf-dev cpio xz-utils)
+      linux-source-6.1 linux-source-6.12 patch make flex bison bc libssl-dev libelf-dev cpio xz-utils
+      # clang builds (LLVM=1) and the cross-architecture tests (arm64, s390x)
+      lld llvm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu
+      gcc-s390x-linux-gnu binutils-s390x-linux-gnu)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -62,3 +62,32 @@ def btf_ids_kfuncs(path: Path) -> tuple[dict[str, set[str]], bool]:
             if marked and flags(value) & FASTCALL:
                 tags.add('bpf_fastcall')
     return out, marked
+
+
+#: BTF_ID prefixes and the kind of the type each names.
+ID_KINDS = {'func': 'FUNC', 'struct': 'STRUCT', 'union': 'UNION', 'typedef': 'TYPEDEF'}
+
+
+def btf_ids_entries(path: Path) -> tuple[list[tuple[str, str, int]], list[list[int]]]:
+    """What resolve_btfids wrote in ``path``'s .BTF_ids: ([(kind, name, id)] of
+    every BTF_ID outside a set, [the ids of each set or set8]).  Sets are
+    sorted by resolve_btfids, so only their contents as a whole say anything."""
+    index, addr = _section(path)
+    data = _contents(path)
+    symbols = _symbols(path, index)
+
+    def word(value: int) -> int:
+        return struct.unpack_from('<I', data, value - addr)[0]
+
+    sets = []
+    for name, value, size in symbols:
+        if name.startswith(SET8):
+            sets.append((value, value + size, [word(at) for at in range(value + 8, value + size, 8)]))
+        elif name.startswith('__BTF_ID__set__'):
+            sets.append((value, value + size, [word(at) for at in range(value + 4, value + size, 4)]))
+    single = []
+    for name, value, _ in symbols:
+        m = re.fullmatch(r'__BTF_ID__(\w+?)__(.+)__\d+', name)
+        if m and m[1] in ID_KINDS and not any(lo <= value < hi for lo, hi, _ in sets):
+            single.append((ID_KINDS[m[1]], m[2], word(value)))
+    return single, [ids for *_, ids in sets]

@@ -19,8 +19,20 @@ C_FIXTURES = FIXTURES / 'c'
 KERNEL_SCRIPT = ROOT.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 KERNEL_DIR = Path(os.environ.get('OBJBTF_KERNEL_DIR', '/var/cache/objbtf/kernel-6.1'))
 
-TOOLS = {'gcc': 'gcc', 'clang': 'clang', 'pahole': 'dwarves', 'bpftool': 'bpftool',
-         'readelf': 'binutils', 'ld': 'binutils', 'objcopy': 'binutils'}
+# Commands run in their own process unless a test asks for the resident
+# server (tests/test_resident.py): a server per tmp directory would linger
+# after each test.  OBJBTF_RESIDENT=1 runs the suite through servers.
+os.environ.setdefault('OBJBTF_RESIDENT', '0')
+
+TOOLS = {'gcc': 'gcc', 'clang': 'clang', 'pahole': 'dwarves', 'pfunct': 'dwarves',
+         'bpftool': 'bpftool',
+         'readelf': 'binutils', 'ld': 'binutils', 'objcopy': 'binutils',
+         'aarch64-linux-gnu-gcc': 'gcc-aarch64-linux-gnu',
+         'aarch64-linux-gnu-ld': 'binutils-aarch64-linux-gnu',
+         'aarch64-linux-gnu-objcopy': 'binutils-aarch64-linux-gnu',
+         's390x-linux-gnu-gcc': 'gcc-s390x-linux-gnu',
+         's390x-linux-gnu-ld': 'binutils-s390x-linux-gnu',
+         'ld.lld': 'lld', 'llvm-objcopy': 'llvm'}
 
 
 def need(tool: str) -> str:
@@ -94,3 +106,91 @@ def pahole_vmlinux_btf(kernel_build, tmp_path_factory) -> bytes:
     run('pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_encode_detached',
         out, kernel_build / '.tmp_vmlinux.btf')
     return out.read_bytes()
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1(tmp_path_factory):
+    """Linux 6.1, the Kbuild integration applied, built with OBJBTF once per
+    run (kbuild_tree.py: about 10 minutes on 2 cores)."""
+    from kbuild_tree import patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.1'), '6.1')
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1_llvm(tmp_path_factory):
+    """Linux 6.1, reference config, built with clang, ld.lld and LLVM's
+    binutils (LLVM=1) and OBJBTF, once per run."""
+    for tool in ('clang', 'ld.lld', 'llvm-objcopy'):
+        need(tool)
+    from kbuild_tree import patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-llvm'), '6.1', ['LLVM=1'])
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1_arm64(tmp_path_factory):
+    """Linux 6.1 for arm64, cross-compiled by Debian's aarch64 gcc with
+    OBJBTF, once per run; the small config of tests/fixtures/kconfig (a
+    third of the reference kernel's objects: it says why)."""
+    for tool in ('aarch64-linux-gnu-gcc', 'aarch64-linux-gnu-ld'):
+        need(tool)
+    from kbuild_tree import patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-arm64'), '6.1',
+                         ['ARCH=arm64', 'CROSS_COMPILE=aarch64-linux-gnu-'],
+                         fragment=FIXTURES / 'kconfig' / 'cross-small.config')
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1_s390x(tmp_path_factory):
+    """Linux 6.1 for s390x (big-endian), cross-compiled with OBJBTF, the
+    small config; only with --s390x (tests marked s390x: not in CI)."""
+    for tool in ('s390x-linux-gnu-gcc', 's390x-linux-gnu-ld'):
+        need(tool)
+    from kbuild_tree import patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-s390x'), '6.1',
+                         ['ARCH=s390', 'CROSS_COMPILE=s390x-linux-gnu-'],
+                         fragment=FIXTURES / 'kconfig' / 'cross-small.config')
+
+
+#: Tests that build a whole extra kernel and are not part of the default
+#: run (marker -> what it builds); each runs with ``--build MARKER``.
+OPT_IN_BUILDS = {
+    's390x': 'Linux for s390x (big-endian), cross-compiled',
+    'dwarfless': 'the DWARF-less 6.1 build (OBJBTF_GBTF=1)',
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption('--build', action='append', default=[], choices=sorted(OPT_IN_BUILDS),
+                     help='also run the tests of an extra kernel build: '
+                          + '; '.join(f'{k}: {v}' for k, v in OPT_IN_BUILDS.items())
+                          + ' (not in CI: see README)')
+    parser.addoption('--s390x', action='store_true', help='the same as --build s390x')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests of an opt-in build are deselected (not skipped) unless asked for."""
+    wanted = set(config.getoption('--build'))
+    if config.getoption('--s390x'):
+        wanted.add('s390x')
+    off = set(OPT_IN_BUILDS) - wanted
+    kept = [item for item in items if not any(item.get_closest_marker(m) for m in off)]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1_gbtf(tmp_path_factory):
+    """Linux 6.1 built as kbuild_6_1 but DWARF-less (OBJBTF_GBTF=1, patch 4),
+    once per run.  OBJBTF goes to configure too: Kconfig reads both."""
+    from kbuild_tree import objbtf_command, patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf'), '6.1',
+                         (f'OBJBTF={objbtf_command()}', 'OBJBTF_GBTF=1'))
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_12(tmp_path_factory):
+    """Linux 6.12 (Debian's linux-source-6.12), the Kbuild integration
+    applied, built with OBJBTF once per run (kbuild_tree.py)."""
+    from kbuild_tree import patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.12'), '6.12')

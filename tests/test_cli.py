@@ -41,9 +41,9 @@ def test_cc_wrapper_passes_exit_status(tmp_path):
 
 
 def chunks(obj: Path):
-    from objbtf.btf.sidecar import SECTION, split_sidecars
+    from objbtf.btf.chunk import SECTION, split_chunks
     with ElfFile.open(str(obj)) as elf:
-        return split_sidecars(elf.section_data(elf.section_by_name(SECTION)), elf.byteorder)
+        return split_chunks(elf.section_data(elf.section_by_name(SECTION)), elf.byteorder)
 
 
 def test_object_without_types_gets_a_notice_and_a_named_chunk(tmp_path):
@@ -125,5 +125,12 @@ def test_link_option_mistakes_are_usage_errors(tmp_path):
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'k.o')
     r = objbtf('link', '--allow-missing', obj, check=False)
     assert r.returncode == 2 and '--allow-missing needs --objects' in r.stderr
+
+
+def test_link_missing_objects_list_is_bad_input(tmp_path):
+    """A list that does not exist is an input error (1), not a usage error (2)."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'k.o')
     r = objbtf('link', '--objects', tmp_path / 'nothing.a', obj, check=False)
-    assert r.returncode == 2 and 'nothing.a' in r.stderr
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f'Error: {tmp_path / "nothing.a"}: No such file or directory']

@@ -472,8 +472,8 @@ def test_base_groups_agree_with_keys(tmp_path, legacy):
     names: else a split type could miss it."""
     units = pahole_units(tmp_path, UNITS)
     base = parse_btf(encode_btf(concat(units)))
-    d = _Dedup(Btf(base=base), legacy)
-    heads = d.heads
+    d = _Dedup(Btf(base=base), legacy, None)
+    heads = d.base.heads
     kinds = set()
     for i in range(1, base.next_id):
         group = _COARSE_OF_HEAD[heads[i][0]]

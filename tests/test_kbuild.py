@@ -3,56 +3,29 @@
 The quick tests apply the patches to a copy of the files they change. The
 kernel tests build a fresh, patched copy of the source with the reference
 configuration and ``make OBJBTF=objbtf vmlinux modules`` once per session
-(about 20 minutes on 2 cores), then check what the build made.
+(kbuild_tree.py, the ``kbuild_6_1`` fixture: about 10 to 20 minutes on 2
+cores), then check what the build made.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
-import os
 import re
 import shutil
-import struct
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from elftools.elf.elffile import ELFFile
 
-from conftest import KERNEL_DIR, ROOT, need, objbtf, run
+from conftest import FIXTURES, need, objbtf, run
+from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
+                         blob_length, kernel_source, kind_counts, layout_files, sections)
 from objbtf.btf import Kind, parse_btf
-
-INTEGRATION = ROOT / 'kbuild-integration'
-TARBALL = Path('/usr/src/linux-source-6.1.tar.xz')
-PATCHED = ['scripts/Makefile.build', 'scripts/Makefile.lib', 'scripts/mod/modpost.c',
-           'scripts/Makefile.vmlinux', 'scripts/Makefile.modfinal', 'scripts/link-vmlinux.sh',
-           'include/asm-generic/vmlinux.lds.h']
+from objbtf.features import DEFAULT, Features
 
 
-def kernel_source(dest: Path, files: list[str] | None = None) -> Path:
-    """Pristine Linux 6.1 source (only ``files`` if given) in ``dest``: copied
-    from the shared pristine tree, or extracted from Debian's tarball."""
-    pristine = KERNEL_DIR / 'linux'
-    if pristine.is_dir() and files is None:
-        shutil.copytree(pristine, dest, symlinks=True)
-        return dest
-    if pristine.is_dir():
-        for f in files:
-            (dest / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(pristine / f, dest / f)
-        return dest
-    if not TARBALL.exists():
-        pytest.fail(f'{TARBALL} is missing (Debian package linux-source-6.1)')
-    dest.mkdir(parents=True)
-    run('tar', '-xf', TARBALL, '-C', dest, '--strip-components=1',
-        *[f'linux-source-6.1/{f}' for f in files or []])
-    return dest
-
-
-def apply(tree: Path) -> subprocess.CompletedProcess:
-    need('patch')
-    return run(INTEGRATION / 'apply', tree, check=False)
+def patches(version: str) -> list[Path]:
+    return sorted((INTEGRATION / f'linux-{version}').glob('*.patch'))
 
 
 def digest(tree: Path) -> dict[str, str]:
@@ -62,120 +35,130 @@ def digest(tree: Path) -> dict[str, str]:
 
 # --- apply, on the files it patches ------------------------------------------
 
-def test_apply_is_idempotent(tmp_path):
-    tree = kernel_source(tmp_path / 'linux', PATCHED)
+def apply_tree(tmp_path: Path, version: str) -> Path:
+    """The files of Linux ``version`` that apply reads or patches."""
+    return kernel_source(tmp_path / 'linux', version, PATCHED[version] + layout_files(version))
+
+
+@pytest.mark.parametrize('version', ['6.1', '6.12'])
+def test_apply_is_idempotent(tmp_path, version):
+    tree = apply_tree(tmp_path, version)
     before = digest(tree)
     first = apply(tree)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count('applied: ') == 3 and 'already' not in first.stdout
+    count = len(patches(version))      # every patch of the version's directory, in order
+    assert first.stdout.splitlines() == [f'Linux {version} layout'] + \
+        [f'applied: {p.name}' for p in patches(version)]
     patched = digest(tree)
     assert set(patched) == set(before) | {'scripts/btf-objects.lds'}
-    assert all(patched[f] != before[f] for f in PATCHED)
+    assert all(patched[f] != before[f] for f in PATCHED[version])
     assert '$(cmd_objbtf)' in (tree / 'scripts/Makefile.build').read_text()
 
     second = apply(tree)
     assert second.returncode == 0, second.stderr
-    assert second.stdout.count('already applied: ') == 3
+    assert second.stdout.count('already applied: ') == count
     assert digest(tree) == patched
 
 
-@pytest.mark.parametrize('damage', ['missing file', 'mainline layout', 'edited context'])
-def test_apply_refuses_an_unknown_tree(tmp_path, damage):
-    tree = kernel_source(tmp_path / 'linux', PATCHED)
+def test_apply_takes_a_patch_that_builds_on_an_earlier_one(tmp_path):
+    """A later patch of a directory may change a line an earlier one added:
+    apply checks and applies them in order, on a fresh tree and on one that
+    has the earlier ones already."""
+    integration = tmp_path / 'integration'
+    shutil.copytree(INTEGRATION, integration)
+    patched = apply_tree(tmp_path / 'patched', '6.1')
+    assert run(integration / 'apply', patched).returncode == 0
+    lib = 'scripts/Makefile.lib'
+    old = (patched / lib).read_text()
+    new = old.replace('encode -q $(OBJBTF_FLAGS) $@', 'encode -q $(OBJBTF_FLAGS) $(EXTRA) $@')
+    assert new != old
+    diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), f'a/{lib}', f'b/{lib}')
+    (integration / 'linux-6.1' / '9-extra.patch').write_text('a later patch\n\n' + ''.join(diff))
+    names = [p.name for p in patches('6.1')] + ['9-extra.patch']
+
+    again = run(integration / 'apply', patched, check=False)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[1:] == [f'already applied: {n}' for n in names[:-1]] + \
+        ['applied: 9-extra.patch']
+    assert (patched / lib).read_text() == new
+    fresh = apply_tree(tmp_path / 'fresh', '6.1')
+    first = run(integration / 'apply', fresh, check=False)
+    assert first.stdout.splitlines()[1:] == [f'applied: {n}' for n in names], first.stderr
+    assert digest(fresh) == digest(patched)
+
+
+def set_makefile_version(tree: Path, patchlevel: str) -> None:
+    makefile = tree / 'Makefile'
+    text = makefile.read_text()
+    makefile.write_text(re.sub(r'(?m)^PATCHLEVEL = \d+$', f'PATCHLEVEL = {patchlevel}', text))
+
+
+@pytest.mark.parametrize('version, damage, expected', [
+    ('6.1', 'missing file', 'for 6.1, scripts/Makefile.modfinal is missing'),
+    ('6.1', 'moved hook', "for 6.1, scripts/Makefile.build has no 'cmd_cc_o_c = "),
+    ('6.1', 'edited context', '2-vmlinux.patch does not apply'),
+    # The layout decides, not the version string: each tree claiming the other version.
+    ('6.1', 'says 6.12', "for 6.12, scripts/Makefile.btf is missing"),
+    ('6.12', 'says 6.1', "for 6.1, scripts/pahole-flags.sh is missing"),
+    ('6.12', 'mainline layout', "mainline's layout (scripts/gen-btf.sh)"),
+    ('6.12', 'edited context', '3-modules.patch does not apply'),
+])
+def test_apply_refuses_an_unknown_tree(tmp_path, version, damage, expected):
+    tree = apply_tree(tmp_path, version)
     if damage == 'missing file':
         (tree / 'scripts/Makefile.modfinal').unlink()
-    elif damage == 'mainline layout':     # cmd_cc_o_c moved to Makefile.lib
+    elif damage == 'moved hook':           # as mainline moved cmd_cc_o_c to Makefile.lib
         build = tree / 'scripts/Makefile.build'
         build.write_text(build.read_text().replace('cmd_cc_o_c = ', 'cmd_cc_o_x = '))
-    else:
+    elif damage.startswith('says '):
+        set_makefile_version(tree, damage.split('.')[-1])
+    elif damage == 'mainline layout':
+        (tree / 'scripts/gen-btf.sh').write_text('#!/bin/sh\n')
+    elif version == '6.1':
         script = tree / 'scripts/link-vmlinux.sh'
         script.write_text(script.read_text().replace('local pahole_ver\n', 'local ver\n'))
+    else:
+        modfinal = tree / 'scripts/Makefile.modfinal'
+        modfinal.write_text(modfinal.read_text().replace('	+$(call if_changed_except,ld_ko_o,vmlinux)',
+                                                         '	+$(call if_changed,ld_ko_o)'))
     before = digest(tree)
     result = apply(tree)
-    assert result.returncode != 0
-    expected = 'does not apply' if damage == 'edited context' else 'is not a Linux 6.1 tree'
-    assert expected in result.stderr
+    assert result.returncode == 1
+    assert expected in result.stderr, result.stderr
+    assert 'Traceback' not in result.stderr and len(result.stderr.splitlines()) == 1
     assert digest(tree) == before
 
 
 def test_apply_refuses_a_directory_that_is_no_kernel(tmp_path):
     result = apply(tmp_path)
-    assert result.returncode != 0 and 'is not a Linux 6.1 tree' in result.stderr
+    assert result.returncode == 1
+    assert 'is not a Linux tree this integration supports (Linux 6.1, 6.12)' in result.stderr
 
 
 # --- a real build -------------------------------------------------------------
 
-def objbtf_command() -> str:
-    """$OBJBTF, else the installed objbtf called directly (no pyenv shim)."""
-    beside = Path(sys.executable).with_name('objbtf')
-    path = os.environ.get('OBJBTF') or (str(beside) if beside.exists() else shutil.which('objbtf'))
-    if path is None:
-        pytest.fail('objbtf is not installed: run scripts/install.sh')
-    return path
+#: The versions built end to end, each once per run (conftest.py's kbuild_* fixtures).
+BUILT = ['6.1', '6.12']
 
 
-def make(src: Path, build: Path, *targets: str) -> str:
-    """make OBJBTF=... TARGETS in the O= tree; fails on a BTF-related warning.
-    Returns what make wrote to stderr."""
-    r = subprocess.run(['make', '-C', str(src), f'O={build}', f'-j{os.cpu_count() or 2}',
-                        f'OBJBTF={objbtf_command()}', *targets],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    warnings = [line for line in r.stderr.splitlines() if 'warning' in line.lower() and 'BTF' in line]
-    assert warnings == []
-    return r.stderr
-
-
-def sections(path: Path) -> dict[str, tuple[bytes, int]]:
-    """Section name -> (contents, flags), failing on a repeated name."""
-    with open(path, 'rb') as f:
-        elf = ELFFile(f)
-        names = [s.name for s in elf.iter_sections()]
-        assert len(names) == len(set(names)), f'{path}: repeated section names'
-        return {s.name: (s.data(), s['sh_flags']) for s in elf.iter_sections()}
-
-
-def blob_length(data: bytes) -> int:
-    """Length of the BTF blob at the start of ``data``, from its header."""
-    magic, _, _, hdr_len = struct.unpack_from('<HBBI', data)
-    assert magic == 0xEB9F
-    _, _, str_off, str_len = struct.unpack_from('<IIII', data, 8)
-    return hdr_len + str_off + str_len
-
-
-def kind_counts(btf) -> Counter:
-    return Counter(t.kind.name for _, t in btf.own())
-
-
-@pytest.fixture(scope='module')
-def kbuild(tmp_path_factory):
-    """(source, build) of Linux 6.1 patched and built with OBJBTF, once."""
-    for tool in ('make', 'gcc', 'pahole', 'bpftool'):
-        need(tool)
-    top = tmp_path_factory.mktemp('kbuild')
-    src, build = kernel_source(top / 'linux'), top / 'build'
-    result = apply(src)
-    assert result.returncode == 0, result.stderr
-    run(INTEGRATION / 'configure', src, build)
-    (top / 'make.stderr').write_text(make(src, build, 'vmlinux', 'modules'))
-    return src, build
+@pytest.fixture(scope='module', params=BUILT)
+def kbuild(request) -> KernelBuild:
+    return request.getfixturevalue('kbuild_' + request.param.replace('.', '_'))
 
 
 @pytest.fixture(scope='module')
 def modules(kbuild):
-    _, build = kbuild
-    kos = [build / line for line in (build / 'modules.order').read_text().split()]
-    assert len(kos) == 3 and all(ko.suffix == '.ko' for ko in kos)
+    kos = kbuild.modules()
+    assert len(kos) == 3 and all(ko.exists() for ko in kos)
     return kos
 
 
 @pytest.mark.kernel
 def test_objects_carry_btf_and_other_elf_files_do_not(kbuild):
-    _, build = kbuild
-    fork = sections(build / 'kernel/fork.o')
+    fork = sections(kbuild.build / 'kernel/fork.o')
     assert '.BTF' in fork and '.rela.BTF' in fork
     # The vDSO image is an ELF file mapped into every process: no BTF there.
-    assert '.BTF' not in sections(build / 'arch/x86/entry/vdso/vdso64.so')
+    assert '.BTF' not in sections(kbuild.build / 'arch/x86/entry/vdso/vdso64.so')
 
 
 @pytest.mark.kernel
@@ -183,18 +166,16 @@ def test_links_check_their_objects_and_are_quiet(kbuild, modules):
     """vmlinux's and each module's objbtf link get the list of their objects
     (vmlinux.a, the .mod file), and so fail on one built without objbtf;
     they print no summary without V=1."""
-    src, build = kbuild
-    assert 'objbtf link' not in (build.parent / 'make.stderr').read_text()
-    assert '--objects vmlinux.a' in (src / 'scripts/link-vmlinux.sh').read_text()
+    assert 'objbtf link' not in kbuild.stderr
+    assert '--objects vmlinux.a' in (kbuild.src / 'scripts/link-vmlinux.sh').read_text()
     for ko in modules:
         saved = (ko.parent / f'.{ko.name}.cmd').read_text()
-        assert f'--objects {ko.relative_to(build).with_suffix(".mod")}' in saved
+        assert f'--objects {ko.relative_to(kbuild.build).with_suffix(".mod")}' in saved
 
 
 @pytest.mark.kernel
 def test_btf_link_reads_relocated_objects_without_dwarf(kbuild):
-    _, build = kbuild
-    tmp = sections(build / '.tmp_vmlinux.btf')
+    tmp = sections(kbuild.tmp_vmlinux)
     assert not any(name.startswith('.debug_') for name in tmp)
     data, flags = tmp['.BTF.objects']
     assert not flags & 2                                   # SHF_ALLOC
@@ -204,19 +185,17 @@ def test_btf_link_reads_relocated_objects_without_dwarf(kbuild):
 
 @pytest.mark.kernel
 def test_vmlinux_has_exactly_one_btf_blob(kbuild):
-    _, build = kbuild
-    vmlinux = sections(build / 'vmlinux')
+    vmlinux = sections(kbuild.build / 'vmlinux')
     assert not [n for n in vmlinux if 'BTF' in n and n not in ('.BTF', '.BTF_ids')]
     data, flags = vmlinux['.BTF']
     assert flags & 2                                       # loaded
     assert blob_length(data) == len(data)
-    assert data == sections(build / '.btf.vmlinux.bin.o')['.BTF'][0]
+    assert data == sections(kbuild.btf_object)['.BTF'][0]
 
 
 @pytest.mark.kernel
 def test_vmlinux_btf_is_valid(kbuild, kernel_loader):
-    _, build = kbuild
-    vmlinux = build / 'vmlinux'
+    vmlinux = kbuild.build / 'vmlinux'
     assert objbtf('check', vmlinux).returncode == 0
     dump = run(need('bpftool'), 'btf', 'dump', 'file', vmlinux)
     assert dump.stdout.count('\n') > 40000
@@ -226,53 +205,66 @@ def test_vmlinux_btf_is_valid(kbuild, kernel_loader):
 
 @pytest.mark.kernel
 def test_vmlinux_btf_matches_pahole(kbuild, tmp_path):
-    """pahole on the same tree's vmlinux: .tmp_vmlinux.btf has no DWARF now,
-    and vmlinux holds the same objects' DWARF."""
-    _, build = kbuild
-    ours = parse_btf(sections(build / 'vmlinux')['.BTF'][0])
+    """pahole on the same tree's vmlinux: the temporary link has no DWARF
+    now, and vmlinux holds the same objects' DWARF."""
+    ours = parse_btf(sections(kbuild.build / 'vmlinux')['.BTF'][0])
     out = tmp_path / 'pahole.btf'
     run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust',
-        '--btf_encode_detached', out, build / 'vmlinux')
+        '--btf_encode_detached', out, kbuild.build / 'vmlinux')
     theirs = parse_btf(out.read_bytes())
     skip = {'FUNC', 'FUNC_PROTO', 'VAR', 'DATASEC', 'DECL_TAG'}
     a, b = kind_counts(ours), kind_counts(theirs)
     differ = {k: (a[k], b[k]) for k in a | b if k not in skip and a[k] != b[k]}
     assert differ == {}, f'kind: (objbtf, pahole) {differ}'
     # pahole 1.24 tags no kfunc (README)
-    kfunc_tags = sum(1 for _, t in ours.own() if t.kind is Kind.DECL_TAG and t.name == 'bpf_kfunc')
+    kfunc_tags = sum(1 for _, t in ours.own()
+                     if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall'))
     assert kfunc_tags > 0 and a['DECL_TAG'] == b['DECL_TAG'] + kfunc_tags
     # pahole misses the percpu variables of .data..percpu..* (README).
     assert a['VAR'] >= b['VAR'] and a['DATASEC'] == b['DATASEC'] == 1
 
 
 @pytest.mark.kernel
+def test_every_percpu_variable_at_its_symbol(kbuild):
+    """Each VAR of .data..percpu at the offset vmlinux's symbol table gives
+    its symbol, same-name statics included."""
+    from test_link_kernel import percpu_symbols
+    btf = parse_btf(sections(kbuild.build / 'vmlinux')['.BTF'][0])
+    [percpu] = [t for _, t in btf.own() if t.kind is Kind.DATASEC]
+    placed = Counter((btf[v.type].name, v.offset) for v in percpu.items)
+    assert placed == percpu_symbols(kbuild.build / 'vmlinux') and len(placed) >= 200
+
+
+@pytest.mark.kernel
 def test_modules_have_valid_split_btf(kbuild, modules):
-    _, build = kbuild
-    vmlinux = build / 'vmlinux'
+    vmlinux = kbuild.build / 'vmlinux'
     left = {}
     for ko in modules:
-        assert objbtf('check', '--base', vmlinux, ko).returncode == 0
-        run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', ko)
+        assert_valid_split_btf(vmlinux, ko)
         secs = sections(ko)
         assert blob_length(secs['.BTF'][0]) == len(secs['.BTF'][0]), ko
         left[ko.name] = sorted(n for n in ('.rela.BTF', '.BTF.objbtf') if secs.get(n, (b'',))[0])
     # Nothing of the per-object BTF stays in a module (it may keep the emptied sections).
     assert left == {ko.name: [] for ko in modules}
+    # The module links shared one index of vmlinux's BTF, made for this vmlinux.
+    from linkdedup.base_index import index_key, load_index
+    raw = sections(vmlinux)['.BTF'][0]
+    assert load_index(str(kbuild.build / '.btf.vmlinux.index'), raw, index_key(raw)) is not None
 
 
 @pytest.mark.kernel
 def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
-    src, build = kbuild
+    build = kbuild.build
     clean = sections(build / 'vmlinux')['.BTF'][0]
     clean_kos = {ko: sections(ko)['.BTF'][0] for ko in modules}
     vmlinux_mtime = (build / 'vmlinux').stat().st_mtime_ns
 
-    make(src, build, 'vmlinux', 'modules')      # nothing to do
+    kbuild.make('vmlinux', 'modules')      # nothing to do
     assert (build / 'vmlinux').stat().st_mtime_ns == vmlinux_mtime
 
     fork_mtime = (build / 'kernel/fork.o').stat().st_mtime_ns
-    (src / 'kernel/fork.c').touch()
-    verbose = make(src, build, 'V=1', 'vmlinux', 'modules')
+    (kbuild.src / 'kernel/fork.c').touch()
+    verbose = kbuild.make('V=1', 'vmlinux', 'modules')
     # With V=1, each link says what it did: vmlinux's, then every module's.
     summaries = re.findall(r'^objbtf link: \d+ objects.*$', verbose, re.MULTILINE)
     assert len(summaries) == 1 + len(modules)
@@ -289,14 +281,14 @@ def test_link_flags_relink_and_compile_nothing(kbuild, modules):
     """OBJBTF_LINK_FLAGS reaches vmlinux's link and every module's: setting
     it relinks them (it is in their saved command lines) and compiles no
     object; -j 1 gives the same BTF as the default -j."""
-    src, build = kbuild
+    build = kbuild.build
     btf = sections(build / 'vmlinux')['.BTF'][0]
     kos = {ko: (sections(ko)['.BTF'][0], ko.stat().st_mtime_ns) for ko in modules}
     members = [build / m for m in run('ar', 't', build / 'vmlinux.a').stdout.split()]
     compiled = {m: m.stat().st_mtime_ns for m in members}
     vmlinux_mtime = (build / 'vmlinux').stat().st_mtime_ns
 
-    make(src, build, 'OBJBTF_LINK_FLAGS=-j 1', 'vmlinux', 'modules')
+    kbuild.make('OBJBTF_LINK_FLAGS=-j 1', 'vmlinux', 'modules')
     assert "OBJBTF_LINK_FLAGS='-j 1'" in (build / '.vmlinux.cmd').read_text()
     assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
     assert sections(build / 'vmlinux')['.BTF'][0] == btf
@@ -305,3 +297,122 @@ def test_link_flags_relink_and_compile_nothing(kbuild, modules):
         assert ko.stat().st_mtime_ns > mtime
         assert sections(ko)['.BTF'][0] == ko_btf
     assert {m: m.stat().st_mtime_ns for m in members} == compiled
+
+
+# --- what 6.12 adds -------------------------------------------------------------
+
+def makefile_btf(tmp_path: Path) -> str:
+    tree = kernel_source(tmp_path / 'linux', '6.12', ['scripts/Makefile.btf'])
+    return (tree / 'scripts/Makefile.btf').read_text()
+
+
+def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
+    """objbtf's default set is the --btf_features list 6.12's
+    scripts/Makefile.btf gives pahole 1.26 and newer (the README maps the
+    rest of the file onto OBJBTF_FLAGS)."""
+    text = makefile_btf(tmp_path)
+    m = re.search(r'test-ge, \$\(pahole-ver\), 126\)\s*=\s*-j --btf_features=(\S+)', text)
+    assert m, 'scripts/Makefile.btf: no --btf_features list for pahole 1.26 and newer'
+    asked = m[1].split(',')
+    assert sorted(asked) == sorted(DEFAULT)
+    assert Features.parse(m[1]).names() == Features().names()
+    # Out-of-tree modules also ask for distilled_base: a name objbtf takes,
+    # and does not produce (README: distilled base BTF).
+    extmod = re.findall(r'module-pahole-flags-.*?\+= --btf_features=(\S+)', text)
+    assert extmod == ['distilled_base'] and 'distilled_base' in Features.NAMES
+
+
+@pytest.fixture(scope='module')
+def kmod(kbuild_6_12, tmp_path_factory) -> Path:
+    """tests/fixtures/kmod-kfuncs, an out-of-tree module with kfunc sets,
+    built against the 6.12 tree with OBJBTF (make M=...)."""
+    src = tmp_path_factory.mktemp('kmod') / 'kmod-kfuncs'
+    shutil.copytree(FIXTURES / 'kmod-kfuncs', src)
+    kbuild_6_12.make(f'M={src}', 'modules')
+    return src / 'objbtf_kfuncs.ko'
+
+
+def tagged_functions(btf) -> set[tuple[str, str]]:
+    """(tag, FUNC name) of every bpf_kfunc or bpf_fastcall DECL_TAG."""
+    return {(t.name, btf[t.type].name) for _, t in btf.own()
+            if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall')}
+
+
+def expected_tags(kfuncs: dict[str, set[str]], btf) -> set[tuple[str, str]]:
+    funcs = {t.name for _, t in btf.own() if t.kind is Kind.FUNC}
+    return {(tag, name) for name, tags in kfuncs.items() if name in funcs for tag in tags}
+
+
+@pytest.mark.kernel
+def test_marked_kfunc_sets_are_tagged_as_pahole_does(kbuild_6_12):
+    """6.12 marks its kfunc sets (BTF_KFUNCS_START): the functions of the
+    marked sets get bpf_kfunc, as pahole 1.27+ tags them; the unmarked set8s
+    are left alone.  The oracle reads .BTF_ids of the temporary vmlinux (before
+    resolve_btfids sorts the sets) with readelf and objcopy."""
+    from btf_ids_oracle import btf_ids_kfuncs
+    kfuncs, marked = btf_ids_kfuncs(kbuild_6_12.tmp_vmlinux)
+    assert marked and len(kfuncs) >= 20
+    btf = parse_btf(sections(kbuild_6_12.build / 'vmlinux')['.BTF'][0])
+    assert tagged_functions(btf) == expected_tags(kfuncs, btf)
+
+
+@pytest.mark.kernel
+def test_module_kfuncs_are_tagged(kbuild_6_12, kmod):
+    """A module's marked kfunc set gets its tags in the module's split BTF;
+    its unmarked set8 none, as on vmlinux."""
+    from btf_ids_oracle import btf_ids_kfuncs
+    vmlinux = kbuild_6_12.build / 'vmlinux'
+    assert objbtf('check', '--base', vmlinux, kmod).returncode == 0
+    kfuncs, marked = btf_ids_kfuncs(kmod.with_name('objbtf_kfuncs.o'))     # before the BTF
+    assert marked and set(kfuncs) == {'objbtf_kf_first', 'objbtf_kf_second'}
+    base = parse_btf(sections(vmlinux)['.BTF'][0])
+    btf = parse_btf(sections(kmod)['.BTF'][0], base)
+    assert tagged_functions(btf) == expected_tags(kfuncs, btf) == \
+        {('bpf_kfunc', 'objbtf_kf_first'), ('bpf_kfunc', 'objbtf_kf_second')}
+    dump = run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', kmod).stdout
+    assert dump.count("DECL_TAG 'bpf_kfunc'") == 2
+
+
+def assert_ids_resolved(path: Path, btf) -> tuple[int, int]:
+    """Every BTF_ID of ``path``'s .BTF_ids holds the id of the type of its
+    name in ``btf`` (0 if it has none), every set is sorted; returns how many
+    BTF_IDs outside sets name a type of ``btf``, and how many there are."""
+    from btf_ids_oracle import btf_ids_entries
+    ids: dict[tuple[str, str], set[int]] = {}
+    for type_id, t in btf.own():
+        ids.setdefault((t.kind.name, t.name), set()).add(type_id)
+    single, sets = btf_ids_entries(path)
+    wrong = [(kind, name, got) for kind, name, got in single
+             if got not in ids.get((kind, name), {0})]
+    assert wrong == []
+    assert all(ids_ == sorted(ids_) for ids_ in sets)         # resolve_btfids sorts sets
+    return sum(1 for kind, name, _ in single if (kind, name) in ids), len(single)
+
+
+@pytest.mark.kernel
+def test_resolve_btfids_ran_on_vmlinux_and_modules(kbuild_6_12, kmod):
+    """resolve_btfids, as the stock flow runs it, on objbtf's BTF: the
+    .BTF_ids lists of vmlinux and of the module hold the ids of the named
+    types in the final BTF (the module's: in its split BTF, after vmlinux's)."""
+    vmlinux = kbuild_6_12.build / 'vmlinux'
+    base = parse_btf(sections(vmlinux)['.BTF'][0])
+    # All of them name a type, as in the stock build's vmlinux (90 of 90 there).
+    found, listed = assert_ids_resolved(vmlinux, base)
+    assert found == listed >= 50
+    split = parse_btf(sections(kmod)['.BTF'][0], base)
+    assert assert_ids_resolved(kmod, split) == (2, 2)         # objbtf_list's FUNC and STRUCT
+    from btf_ids_oracle import btf_ids_entries
+    _, sets = btf_ids_entries(kmod)
+    funcs = {t.name: type_id for type_id, t in split.own() if t.kind is Kind.FUNC}
+    assert sorted(sets) == sorted([sorted([funcs['objbtf_kf_first'], funcs['objbtf_kf_second']]),
+                                   [funcs['objbtf_not_kfunc']]])
+
+
+@pytest.mark.kernel
+def test_out_of_tree_module_gets_no_distilled_base(kbuild_6_12, kmod):
+    """objbtf writes no .BTF.base (README: distilled base BTF): the module's
+    BTF is split on vmlinux's, as for an in-tree module."""
+    secs = sections(kmod)
+    assert '.BTF.base' not in secs
+    vmlinux = kbuild_6_12.build / 'vmlinux'
+    assert objbtf('check', '--base', vmlinux, kmod).returncode == 0

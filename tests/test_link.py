@@ -12,8 +12,9 @@ from libbpf_oracle import isomorphism_problem, libbpf_dedup
 from linkdedup.concat import split_blobs
 from linkdedup.pipeline import unmerged_table
 from objbtf.btf import Kind, parse_btf
-from objbtf.btf.sidecar import split_sidecars
+from objbtf.btf.chunk import split_chunks
 from objbtf.btf.writer import encode_btf
+from objbtf.btf_file import read_btf_bytes
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features
 
@@ -113,7 +114,7 @@ def test_link_without_hashes_names_a_corrupt_blob(units, tmp_path):
         sec = elf.section_by_name('.BTF')
         blobs = split_blobs(elf.section_data(sec))
     last = blobs[-1]
-    types_at = sec.offset + last.offset + last.header[1] + last.header[2]
+    types_at = sec.offset + last.offset + last.header.hdr_len + last.header.type_off
     with open(bare, 'r+b') as f:                 # the last blob's first type: kind 31
         f.seek(types_at + 4)
         f.write((31 << 24).to_bytes(4, 'little'))
@@ -140,9 +141,57 @@ def test_link_module_in_place_is_split_on_base(units, tmp_path):
     assert "FUNC 'd_find'" in dump
 
 
+def test_base_index_gives_the_same_split_btf_and_is_never_stale(units, tmp_path):
+    """--base-index: the same bytes as without it; an index made for another
+    base, or damaged, is made again, never used; a good one is kept as is."""
+    from linkdedup.base_index import index_key, load_index
+    bases = []
+    for name, objs in (('one', units[1:3]), ('two', [units[1], units[2], units[4]])):
+        base = tmp_path / f'{name}.btf'
+        objbtf('link', '--output', base, link_relocatable(tmp_path, objs, f'{name}.o'))
+        bases.append(base)
+    assert bases[0].read_bytes() != bases[1].read_bytes()
+    module = link_relocatable(tmp_path, [units[0], units[3]], 'mod.ko')
+    index = tmp_path / 'base.index'
+
+    def split(base: Path, *extra) -> tuple[bytes, str]:
+        out = tmp_path / 'split.btf'
+        r = objbtf('link', '--base', base, *extra, '--output', out, module)
+        return out.read_bytes(), r.stderr
+
+    for base in bases:
+        plain, summary = split(base)
+        assert 'base index' not in summary
+        indexed, summary = split(base, '--base-index', index)
+        assert indexed == plain
+        found = int(summary.split('base index: ')[1].split()[0])
+        assert found > 0, summary           # the index was used, not only made
+        raw = base.read_bytes()
+        assert load_index(str(index), raw, index_key(raw)) is not None
+    # Made for the second base: stale for the first, which makes it again.
+    raw = bases[0].read_bytes()
+    assert load_index(str(index), raw, index_key(raw)) is None
+    assert split(bases[0], '--base-index', index)[0] == split(bases[0])[0]
+    kept = index.stat()
+    assert split(bases[0], '--base-index', index)[0] == split(bases[0])[0]
+    assert (index.stat().st_ino, index.stat().st_mtime_ns) == (kept.st_ino, kept.st_mtime_ns)
+    index.write_bytes(index.read_bytes()[:100])          # damaged
+    assert split(bases[0], '--base-index', index)[0] == split(bases[0])[0]
+    assert load_index(str(index), raw, index_key(raw)) is not None
+    # Where it cannot be written (a read-only tree): a warning, and the plain link.
+    nowhere = tmp_path / 'missing' / 'base.index'
+    out, summary = split(bases[0], '--base-index', nowhere)
+    assert out == split(bases[0])[0] and not nowhere.parent.exists()
+    assert f'warning: {nowhere}: cannot keep the base index there' in summary
+    r = objbtf('link', '--base-index', index, '--output', tmp_path / 'x.btf', module,
+               check=False)
+    assert r.returncode == 2 and '--base-index needs --base' in r.stderr
+
+
 def test_link_errors_name_the_file(tmp_path, units):
-    r = objbtf('link', units[0].with_suffix('.c'), check=False)
-    assert r.returncode == 2
+    missing = units[0].with_suffix('.c')
+    r = objbtf('link', missing, check=False)
+    assert r.returncode == 1 and r.stderr == f'Error: {missing}: No such file or directory\n'
     plain = tmp_path / 'plain.o'
     run('gcc', '-c', '-o', plain, UNITS / 'unit_a.c')
     r = objbtf('link', plain, check=False)
@@ -316,7 +365,7 @@ def test_kfuncs_get_their_decl_tags(tmp_path, kernel_loader, set_flags, marked):
 
 
 def type_hashes(elf: ElfFile) -> list:
-    chunks = split_sidecars(elf.section_data(elf.section_by_name('.BTF.objbtf')), elf.byteorder)
+    chunks = split_chunks(elf.section_data(elf.section_by_name('.BTF.objbtf')), elf.byteorder)
     return [(list(c.hashes), list(c.offsets), c.flags, c.btf_size) for c in chunks]
 
 
@@ -337,3 +386,62 @@ def test_cache_misses_when_a_kfunc_joins_a_set(tmp_path):
     assert ('bpf_kfunc', 'kf_gamma', -1) in decl_tags(parse_btf(out))
     again, replayed = link_with_cache(after, cache, tmp_path / 'c.btf')
     assert replayed and again == out
+
+
+def kfunc_module(tmp_path: Path, set_flags: str) -> Path:
+    """kf_other.c (its kfunc set's header flags ``set_flags``) linked by
+    ``ld -r`` as a .ko is, BTF not linked yet."""
+    obj = tmp_path / 'kf_other.o'
+    objbtf('cc', '--', need('gcc'), '-g', '-O2', f'-DSET_FLAGS={set_flags}', '-c', '-o', obj,
+           KFUNCS / 'kf_other.c')
+    return link_relocatable(tmp_path, [obj], 'kf_other.ko')
+
+
+def kfunc_vmlinux(tmp_path: Path, set_flags: str | None) -> Path:
+    """kf_core.c linked as vmlinux is, its BTF linked in place; None: the raw BTF
+    of such a file, which cannot say whether its kernel marks kfunc sets."""
+    obj = tmp_path / 'kf_core.o'
+    objbtf('cc', '--', need('gcc'), '-g', '-O2', f'-DSET_FLAGS={set_flags or 0}', '-c', '-o', obj,
+           KFUNCS / 'kf_core.c')
+    tmp = tmp_path / 'tmp_vmlinux'
+    run(need('ld'), '-e', 'kf_core_user', '-o', tmp, obj)
+    if set_flags is None:
+        raw = tmp_path / 'vmlinux.btf'
+        objbtf('link', '--output', raw, tmp)
+        return raw
+    # As link-vmlinux.sh does: the BTF as an object, linked with the code.
+    btf_object = tmp_path / 'vmlinux.btf.o'
+    objbtf('link', '--output', btf_object, tmp)
+    run(need('objcopy'), '--remove-section=.BTF', '--remove-section=.rela.BTF',
+        '--remove-section=.BTF.objbtf', obj)
+    vmlinux = tmp_path / 'vmlinux'
+    run(need('ld'), '-e', 'kf_core_user', '-o', vmlinux, obj, btf_object)
+    return vmlinux
+
+
+@pytest.mark.parametrize('module_flags, base_flags, tagged', [
+    ('BTF_SET8_KFUNCS', 'BTF_SET8_KFUNCS', True),   # 6.9 on, as pahole 1.27+ tags it
+    ('BTF_SET8_KFUNCS', None, True),                # the module's mark is enough
+    ('0', 'BTF_SET8_KFUNCS', False),                # unmarked on a kernel that marks: no kfunc set
+    ('0', '0', True),                               # 6.1: every set8 is a kfunc set
+    ('0', None, False),                             # a raw base cannot say: pahole's reading
+], ids=['marked', 'marked-raw-base', 'unmarked-on-6.9', 'unmarked-on-6.1', 'unmarked-raw-base'])
+def test_module_kfuncs_get_their_decl_tags(tmp_path, module_flags, base_flags, tagged):
+    """A module's kfuncs get their tags in its split BTF: those of its marked
+    sets; those of its unmarked set8s when vmlinux, its base, marks none."""
+    from btf_ids_oracle import btf_ids_kfuncs
+    base = kfunc_vmlinux(tmp_path, base_flags)
+    module = kfunc_module(tmp_path, module_flags)
+    listed, _ = btf_ids_kfuncs(module)
+    assert set(listed) == {'kf_delta', 'kf_nowhere'}            # kf_nowhere has no FUNC
+    r = objbtf('link', '--base', base, module)
+    assert objbtf('check', '--base', base, module).returncode == 0
+    with ElfFile.open(str(module)) as elf:
+        split = parse_btf(elf.section_data(elf.section_by_name('.BTF')),
+                          parse_btf(read_btf_bytes(str(base))))
+    tags = {(t.name, split[t.type].name, t.component_idx) for _, t in split.own()
+            if t.kind is Kind.DECL_TAG}
+    assert tags == ({('bpf_kfunc', 'kf_delta', -1)} if tagged else set())
+    assert ('kfuncs: 2 in .BTF_ids, 1 tagged bpf_kfunc, 1 without a FUNC' in r.stderr) == tagged
+    dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', module).stdout
+    assert ("DECL_TAG 'bpf_kfunc'" in dump) == tagged

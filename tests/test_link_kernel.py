@@ -1,7 +1,9 @@
 """objbtf link on the reference kernel, against pahole, libbpf, bpftool and the kernel."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -9,13 +11,17 @@ from pathlib import Path
 import pytest
 
 from conftest import need, objbtf, run
-from kernel_tree import EXTRA_VMLINUX_OBJECTS, TMP_VMLINUX
+from kernel_tree import EXTRA_VMLINUX_OBJECTS, TMP_VMLINUX, relink_module
 from linkdedup.archive import thin_member_paths
 from objbtf.btf import Kind, parse_btf
+from objbtf.btf_file import load_btf_file
+from objbtf.diff import compare, function_decls
 from objbtf.elf.reader import ElfFile
+from objbtf.functions import DROPPING_FACTS, FACT_WEAK, function_key
+from pahole131_funcs import read_fixture
 
 pytestmark = pytest.mark.kernel
-STT_OBJECT, STT_FUNC = 1, 2
+STT_OBJECT, STT_FUNC, STB_WEAK = 1, 2, 2
 
 
 @pytest.fixture(scope='module')
@@ -50,18 +56,104 @@ def test_counts_match_pahole_but_for_functions(linked, pahole_vmlinux_btf, encod
     kfunc_tags = sum(1 for _, t in ours.own()
                      if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall'))
     assert a['DECL_TAG'] == b['DECL_TAG'] + kfunc_tags
-    # Every FUNC pahole has and objbtf dropped is explained: several addresses
-    # in vmlinux, or prototypes that differ between objects (said in the summary).
+    # objbtf follows pahole 1.31's function rules, which 1.24 lacks (README).
+    # The FUNCs only objbtf has: functions whose only symbols are clones
+    # (foo.constprop.0, foo.isra.0), which 1.24 matched by exact name only.
     ours_f = {t.name for _, t in ours.own() if t.kind is Kind.FUNC}
     theirs_f = {t.name for _, t in theirs.own() if t.kind is Kind.FUNC}
-    assert ours_f <= theirs_f
     symbols = function_symbols(encoded_kernel / TMP_VMLINUX)
-    ambiguous = {n for n in theirs_f - ours_f if len(symbols.get(n, ())) > 1}
-    inconsistent = theirs_f - ours_f - ambiguous
-    summary = linked[1]
-    assert f'{len(inconsistent)} with prototypes that differ' in summary
-    assert f'{len(ambiguous)} at several addresses' in summary
-    assert len(inconsistent) < 20 and len(ambiguous) < 400
+    keys = {function_key(n) for n in symbols} - {None}
+    only_ours = ours_f - theirs_f
+    assert only_ours and all(n not in symbols and n in keys for n in only_ours)
+    # The FUNCs only 1.24 has: names pahole 1.31 leaves out as well (its
+    # fixture), among them every key at several addresses, as the summary counts.
+    _, pahole131 = read_fixture()
+    only_theirs = theirs_f - ours_f
+    assert only_theirs and not only_theirs & pahole131.keys()
+    addresses: dict[str, set[int]] = {}
+    for name, values in symbols.items():
+        if function_key(name):
+            addresses.setdefault(function_key(name), set()).update(values)
+    ambiguous = {k for k, v in addresses.items() if len(v) > 1}
+    assert not ambiguous & ours_f and only_theirs & ambiguous
+    dropped = re.search(r'functions dropped: (\d+) with prototypes that differ between '
+                        r'objects, (\d+) at several addresses, (\d+) with parameters in '
+                        r'unexpected registers, (\d+) with packed', linked[1])
+    assert dropped, linked[1]
+    assert sum(map(int, dropped.groups())) >= len(only_theirs)
+    assert len(only_theirs & ambiguous) <= int(dropped[2]) <= len(ambiguous)
+
+
+def test_funcs_are_pahole_131s_but_for_the_readme_s_exceptions(linked, encoded_kernel):
+    """objbtf diff's comparison against what pahole 1.31 encoded from the
+    same kernel (fixture from a real run): no FUNC missing; the others are
+    the README's two exceptions, each name derived here from the objects."""
+    _, theirs = read_fixture()
+    ours = function_decls(parse_btf(linked[0].read_bytes()))
+    diff = compare(theirs, ours)
+    assert diff.removed == []
+    readme = (Path(__file__).resolve().parent.parent / 'README.md').read_text()
+    objs = kernel_objects(encoded_kernel)
+    # 1. Weak and strong definitions: pahole 1.31 took a weak one's prototype,
+    #    objbtf the strong one's, the code the linker kept.
+    changed = {e['name']: e for e in diff.changed}
+    defs = definitions(objs, changed.keys())
+    for name, e in changed.items():
+        weak = [d for obj, bind in defs[name] if bind == STB_WEAK for d in obj_decls(obj, name)]
+        strong = [d for obj, bind in defs[name] if bind != STB_WEAK
+                  for d in obj_decls(obj, name)]
+        assert e['a'][0] in weak and e['b'] == strong, name
+    assert changed and f'{len(changed)} functions' in readme
+    # 2. pahole also compared the prototypes of units where the function is
+    #    only inline, without a symbol, which objbtf's objects do not record.
+    added = {e['name']: e['decls'] for e in diff.added}
+    for name, decls in added.items():
+        others = inline_prototypes(objs, name)
+        assert any(squash(p) != squash(decls[0]) for p in others), name
+        assert f'`{name}`' in readme, name
+
+
+def kernel_objects(tree: Path) -> list[Path]:
+    from kernel_tree import objects
+    return objects(tree)
+
+
+def definitions(objs: list[Path], names) -> dict[str, list[tuple[Path, int]]]:
+    """name -> (object, binding) of each object that defines it."""
+    out: dict[str, list[tuple[Path, int]]] = {n: [] for n in names}
+    for obj in objs:
+        with ElfFile.open(str(obj)) as elf:
+            for s in elf.symbols():
+                if s.type == STT_FUNC and s.shndx and s.name in out:
+                    out[s.name].append((obj, s.bind))
+    return out
+
+
+def obj_decls(obj: Path, name: str) -> list[str]:
+    return function_decls(load_btf_file(str(obj))).get(name, [])
+
+
+def inline_prototypes(objs: list[Path], name: str) -> list[str]:
+    """pfunct's prototypes of ``name`` in the objects that mention it but
+    have no function symbol of it."""
+    needle = b'\0' + name.encode() + b'\0'
+    out = []
+    for obj in objs:
+        if needle not in obj.read_bytes():
+            continue
+        with ElfFile.open(str(obj)) as elf:
+            if any(function_key(s.name) == name for s in elf.symbols() if s.type == STT_FUNC):
+                continue
+        for line in run(need('pfunct'), '-P', obj).stdout.splitlines():
+            if re.search(rf'[ *]{re.escape(name)}\(', line):
+                out.append(line)
+    return out
+
+
+def squash(decl: str) -> str:
+    """A prototype without spaces, ';' and 'inline', to compare pfunct's
+    C with objbtf diff's."""
+    return re.sub(r'\s+|;|^inline', '', decl.strip().removeprefix('inline '))
 
 
 def test_kfuncs_get_their_decl_tag(linked, encoded_kernel):
@@ -155,12 +247,34 @@ def test_link_is_reproducible_whatever_the_object_order_and_jobs(encoded_kernel,
 
 def test_link_without_hashes_gives_the_same_btf(encoded_kernel, linked, tmp_path):
     """vmlinux without .BTF.objbtf: the link hashes every object's types in
-    -j processes, to the same bytes as with the hashes the encoder wrote."""
+    -j processes, to the same types as with the hashes the encoder wrote.
+    Only the function facts the chunks carried are missing, which it says:
+    it keeps the functions only those facts drop, and, not knowing which
+    definitions are weak, may take a weak one's prototype (objbtf diff)."""
     bare = tmp_path / 'bare'
     run(need('objcopy'), '--remove-section', '.BTF.objbtf', encoded_kernel / TMP_VMLINUX, bare)
-    r = objbtf('link', '-j', '2', '--output', tmp_path / 'out.btf', bare)
-    assert 'hashes its objects\' types itself' in r.stderr
-    assert (tmp_path / 'out.btf').read_bytes() == linked[0].read_bytes()
+    out = tmp_path / 'out.btf'
+    r = objbtf('link', '-j', '2', '--output', out, bare)
+    assert 'hashes its objects\' types itself' in r.stderr and 'keeps the functions' in r.stderr
+    diff = objbtf('diff', '--format', 'json', linked[0], out, check=False)
+    doc = json.loads(diff.stdout)
+    facts = chunk_facts(encoded_kernel / TMP_VMLINUX)
+    dropping = {n for n, f in facts.items() if f & DROPPING_FACTS}
+    weak = {n for n, f in facts.items() if f & FACT_WEAK}
+    assert doc['types'] == doc['variables'] == {'added': [], 'removed': [], 'changed': []}
+    functions = doc['functions']
+    assert functions['removed'] == [] and functions['added']
+    assert {e['name'] for e in functions['added']} <= dropping
+    assert {e['name'] for e in functions['changed']} <= weak
+
+
+def chunk_facts(path: Path) -> dict[str, int]:
+    """Every object's function facts in the chunks of ``path``, or-ed."""
+    from linkdedup.functions import merged_facts
+    from objbtf.btf.chunk import split_chunks
+    with ElfFile.open(str(path)) as elf:
+        data = elf.section_data(elf.section_by_name('.BTF.objbtf'))
+        return merged_facts(split_chunks(data, elf.byteorder))
 
 
 def test_every_object_of_vmlinux_a_is_named(encoded_kernel, linked, tmp_path):
@@ -203,10 +317,38 @@ def test_modules_get_split_btf(encoded_kernel, linked, tmp_path):
         assert dump.startswith(f'[{first_id}] ')       # split: ids continue from vmlinux
         with ElfFile.open(str(ko)) as elf:
             btf = parse_btf(elf.section_data(elf.section_by_name('.BTF')), parse_btf(base.read_bytes()))
-            init = {s.name for s in elf.symbols() if s.type == STT_FUNC and s.shndx}
+            init = {function_key(s.name) for s in elf.symbols()
+                    if s.type == STT_FUNC and s.shndx}
         assert 0 < len(btf) < 2000
         funcs = {t.name for _, t in btf.own() if t.kind is Kind.FUNC}
-        assert funcs and funcs <= init
+        assert funcs and funcs <= init      # named by their symbols' keys (clones too)
+
+
+def test_module_links_through_the_base_index_give_the_same_bytes(encoded_kernel, linked,
+                                                                 tmp_path):
+    """Every module, linked with and without --base-index: the same split BTF,
+    byte for byte; one index serves them all, and most of each module's
+    types are found in it by hash."""
+    base = linked[0]
+    index = tmp_path / 'vmlinux.index'
+    kos = sorted(encoded_kernel.rglob('*.ko'))
+    assert kos
+    found_all = total_all = 0
+    for ko in kos:
+        relink_module(encoded_kernel, ko)     # other tests link the modules in place
+        plain, indexed = tmp_path / 'plain.btf', tmp_path / 'indexed.btf'
+        objbtf('link', '--quiet', '--base', base, '--output', plain, ko, cwd=encoded_kernel)
+        r = objbtf('link', '--base', base, '--base-index', index, '--output', indexed, ko,
+                   cwd=encoded_kernel)
+        assert indexed.read_bytes() == plain.read_bytes(), ko
+        found, total = (int(w) for w in r.stderr.split('base index: ')[1].split()[0:3:2])
+        assert 0 < found < total, (ko, r.stderr)
+        found_all += found
+        total_all += total
+        if ko == kos[0]:
+            made = index.stat().st_ino
+    assert index.stat().st_ino == made          # made once, then only read
+    assert found_all > total_all / 2
 
 
 def test_dedup_matches_libbpf_on_the_full_concatenation(encoded_kernel, linked):

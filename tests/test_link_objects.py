@@ -17,7 +17,7 @@ from conftest import FIXTURES, need, objbtf, run
 from linkdedup.archive import thin_member_paths
 from objbtf.btf import parse_btf
 from objbtf.btf.hashing import HASH_SCHEME, type_hashes
-from objbtf.btf.sidecar import SECTION, VERSION, encode_sidecar, split_sidecars
+from objbtf.btf.chunk import SECTION, VERSION, encode_chunk, split_chunks
 from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
 
@@ -82,7 +82,7 @@ def test_chunk_describes_its_object(tmp_path, encoded):
     for obj in encoded:
         _, raw, order = section(tmp_path / obj, '.BTF')
         _, data, _ = section(tmp_path / obj, SECTION)
-        [chunk] = split_sidecars(data, order)
+        [chunk] = split_chunks(data, order)
         btf = parse_btf(raw)
         hashes, flags = type_hashes(btf)
         assert chunk.name == obj and chunk.usable
@@ -99,12 +99,12 @@ def test_chunk_round_trip(tmp_path, encoded, order):
     names of every padding length, read back the same, also concatenated
     with zero padding between them, as ld may leave."""
     _, data, native = section(tmp_path / encoded[0], SECTION)
-    [real] = split_sidecars(data, native)
+    [real] = split_chunks(data, native)
     for name in ('a.o', 'dir/ab.o', 'x' * 8, 'kernel/fork.o', 'drivers/net/veth.mod.o'):
-        chunk = encode_sidecar(name, [0, *real.hashes], list(real.offsets), b'\0' + real.flags,
+        chunk = encode_chunk(name, [0, *real.hashes], list(real.offsets), b'\0' + real.flags,
                                real.btf_size, order)
         assert len(chunk) % 8 == 0
-        first, second = split_sidecars(chunk + bytes(8) + chunk, order)
+        first, second = split_chunks(chunk + bytes(8) + chunk, order)
         assert second.position == len(chunk) + 8
         for back in (first, second):
             assert (back.name, back.count, back.btf_size) == (name, real.count, real.btf_size)
@@ -118,7 +118,7 @@ def test_object_without_types_gets_a_named_chunk(tmp_path):
         assert elf.section_by_name('.debug_info') is not None     # DWARF, but no types
         assert elf.section_by_name('.BTF') is None
     _, data, order = section(tmp_path / obj, SECTION)
-    [chunk] = split_sidecars(data, order)
+    [chunk] = split_chunks(data, order)
     assert chunk.name == obj and chunk.usable and not chunk.has_btf
     assert chunk.count == 0
 
@@ -127,7 +127,7 @@ def test_ld_keeps_every_chunk_in_link_order(tmp_path, encoded):
     objs = [encoded[0], assemble_encoded(tmp_path), *encoded[1:]]
     linked = ld_r(tmp_path, objs)
     _, data, order = section(tmp_path / linked, SECTION)
-    assert [c.name for c in split_sidecars(data, order)] == objs
+    assert [c.name for c in split_chunks(data, order)] == objs
 
 
 # --- another format or hash scheme --------------------------------------------
@@ -156,9 +156,9 @@ def test_link_refuses_another_format_naming_the_object(tmp_path, encoded):
 
 
 def version_1_chunk(chunk: bytes, order: str) -> bytes:
-    """The same hashes in the first layout (sidecar.py's docstring): a
+    """The same hashes in the first layout (chunk.py's docstring): a
     16-byte header, no scheme, no name."""
-    [c] = split_sidecars(chunk, order)
+    [c] = split_chunks(chunk, order)
     e = '<' if order == 'little' else '>'
     body = (struct.pack(e + '4sHHII', b'OBTF', 1, 0, c.count, c.btf_size)
             + c.hashes.tobytes() + c.offsets.tobytes() + c.flags)
@@ -271,7 +271,7 @@ def test_corrupt_types_name_the_object(tmp_path, encoded):
     path = tmp_path / 'unit_b.o'
     offset, raw, order = section(path, '.BTF')
     _, data, _ = section(path, SECTION)
-    [chunk] = split_sidecars(data, order)
+    [chunk] = split_chunks(data, order)
     hdr_len, type_off = struct.unpack_from(('<' if order == 'little' else '>') + 'II', raw, 4)
     for type_offset in chunk.offsets:
         info = offset + hdr_len + type_off + type_offset + 4 + (3 if order == 'little' else 0)

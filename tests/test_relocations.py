@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import C_FIXTURES, compile_c, need, objbtf, run
 from objbtf.btf import Kind, parse_btf
-from objbtf.btf.kinds import extra_len
+from objbtf.btf.kinds import KINDS
 from linkdedup.concat import split_blobs
 from objbtf.elf.reader import ElfFile
 
@@ -39,7 +39,7 @@ def datasec_fields(btf_raw: bytes) -> list[tuple[int, str, str]]:
         if t.kind is Kind.DATASEC:
             for j, v in enumerate(t.items):
                 rows.append((pos + 12 + 12 * j + 4, t.name, btf[v.type].name))
-        pos += 12 + extra_len(t.kind, t.vlen)
+        pos += 12 + KINDS[t.kind].extra_len(t.vlen)
     return rows
 
 
@@ -77,7 +77,12 @@ def _btf(obj: Path) -> bytes:
 
 def test_linker_resolves_same_name_statics_and_subsections(tmp_path):
     """After a real link, every DATASEC entry holds its own variable's address."""
-    objs = encoded_counters(tmp_path)
+    assert_linked_offsets(tmp_path, encoded_counters(tmp_path))
+
+
+def assert_linked_offsets(tmp_path: Path, objs: list[Path]) -> None:
+    """Link the encoded counter_a.o and counter_b.o with ld: each DATASEC
+    entry of each blob then holds its own variable's address (low 32 bits)."""
     linked = tmp_path / 'linked'
     run(need('ld'), '-o', linked, '-e', 'bump_a', *objs)
     with ElfFile.open(str(linked)) as elf:

@@ -36,13 +36,14 @@ btf_array(t1)``); here the two arrays' element types are compared.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from itertools import compress
 from operator import itemgetter, ne
+from typing import Protocol
 
 from .errors import BtfError
 from .kinds import (
-    LEAF_KINDS, REF_KINDS, Kind, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG, ENUM as _ENUM,
+    KINDS, Kind, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG, ENUM as _ENUM,
     FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT, STRUCT as _STRUCT,
     TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
 )
@@ -53,26 +54,30 @@ _IN_PROGRESS = -2
 _IDENTICAL_DEPTH = 16
 _new = tuple.__new__
 
-_ENUMS = frozenset({Kind.ENUM, Kind.ENUM64})
-_COMPOSITE = frozenset({_STRUCT, _UNION})
-_NEVER_DEDUPED = frozenset({Kind.VAR, Kind.DATASEC})
-#: Kinds whose graph walk follows ``type`` once the headers agree.
-_CHAIN = frozenset({Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.PTR,
-                    Kind.TYPEDEF, Kind.FUNC, Kind.TYPE_TAG})
-_PRIMITIVE = LEAF_KINDS
-#: Kinds a structural comparison descends into.
-_GRAPH = frozenset({Kind.STRUCT, Kind.UNION, Kind.ARRAY, Kind.FUNC_PROTO})
+_ENUMS = KINDS.enums
+_COMPOSITE = KINDS.composite
+_NEVER_DEDUPED = KINDS.not_deduped
+#: Reference kinds that are their header and one target: a graph walk
+#: follows ``type`` once the headers agree.
+_CHAIN = frozenset(i.kind for i in KINDS if i.one_ref and i.deduped and not i.fixed)
+_PRIMITIVE = KINDS.leaf
+_ONE_REF = KINDS.one_ref
+#: Kinds a structural comparison descends into: more than one target.
+_GRAPH = frozenset(i.kind for i in KINDS if i.deduped and not i.one_ref
+                   and (i.refs or i.entry_type_at is not None))
 
 Key = object
 Resolve = Callable[[int], int]
 
 
-def dedup(btf: Btf, *, libbpf_1_1: bool = False) -> Btf:
-    """A new, deduplicated copy of ``btf`` (split BTF stays on its base)."""
+def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = None) -> Btf:
+    """A new, deduplicated copy of ``btf`` (split BTF stays on its base).
+    ``split_base`` says what the dedup needs of the base, when something
+    holds it already (else it is read from the base's heads)."""
     with gc_paused():
         # The passes' state is freed before the collector comes back: it
         # would walk all of it once.
-        return _Dedup(btf, libbpf_1_1).run()
+        return _Dedup(btf, libbpf_1_1, split_base).run()
 
 
 def _shape(t: BtfType) -> tuple:
@@ -124,7 +129,7 @@ def _enum_fwd_match(a: BtfType, b: BtfType) -> bool:
 
 
 def _fwd_kind(t: BtfType) -> Kind:
-    return _UNION if t.kflag else _STRUCT
+    return _UNION if t.fwd_union else _STRUCT
 
 
 def _all_heads(btf: Btf) -> list[Head]:
@@ -198,6 +203,55 @@ def _growth_points(adds: int) -> list[int]:
         cap = max(4, cap * 2)
 
 
+class BaseGroups(Protocol):
+    """The base types of a split dedup grouped by ``_COARSE_OF_HEAD``: what
+    ``_BaseCandidates`` loads a group at a time.  ``HeadGroups`` computes
+    them from the base's heads; a persistent index of the base can hold
+    them instead (``linkdedup/base_index.py``)."""
+
+    #: How many base types the table holds (all but void, VARs, DATASECs).
+    size: int
+    #: The base ids never in the table, sorted.
+    skipped: Sequence[int]
+
+    def take(self, coarse: object) -> list[int] | None:
+        """The ids of group ``coarse``, in id order, the first time it is
+        asked for; None after that, or when there is no such group."""
+
+
+class HeadGroups:
+    """``BaseGroups`` from the head of every base type."""
+
+    def __init__(self, heads: list[Head]) -> None:
+        # A group is its first id, and a list of all of them when it has more.
+        self._firsts: dict[object, int] = {}
+        self._more: dict[object, list[int]] = {}
+        self.skipped: list[int] = []
+        firsts, more, getters = self._firsts, self._more, _COARSE_OF_HEAD
+        for i in range(1, len(heads)):
+            h = heads[i]
+            coarse = getters[h[0]]
+            if coarse is None:
+                self.skipped.append(i)
+                continue
+            coarse = coarse(h)
+            first = firsts.setdefault(coarse, i)
+            if first != i:
+                more.setdefault(coarse, [first]).append(i)
+        self.size = len(heads) - 1 - len(self.skipped)
+
+    def take(self, coarse: object) -> list[int] | None:
+        first = self._firsts.pop(coarse, None)
+        if first is None:
+            return None
+        return self._more.pop(coarse, None) or [first]
+
+    def items(self) -> Iterator[tuple[object, list[int]]]:
+        """Every group not taken yet: (coarse key, ids)."""
+        for coarse, first in self._firsts.items():
+            yield coarse, self._more.get(coarse) or [first]
+
+
 class _BaseCandidates(_Candidates):
     """The table of a split dedup, as if every base type (but VARs and
     DATASECs) had been added first, in id order, as libbpf does.
@@ -210,27 +264,14 @@ class _BaseCandidates(_Candidates):
     them.
     """
 
-    def __init__(self, heads: list[Head], key_of: Resolve,
+    def __init__(self, groups: BaseGroups, key_of: Resolve,
                  coarse_of_key: Callable[[Key], object]) -> None:
         super().__init__()
         self._key_of = key_of
         self._coarse_of_key = coarse_of_key
-        # A group is its first id, and a list of all of them when it has more.
-        self._firsts: dict[object, int] = {}
-        self._more: dict[object, list[int]] = {}
-        self._skipped: list[int] = []
-        firsts, more, getters = self._firsts, self._more, _COARSE_OF_HEAD
-        for i in range(1, len(heads)):
-            h = heads[i]
-            coarse = getters[h[0]]
-            if coarse is None:
-                self._skipped.append(i)
-                continue
-            coarse = coarse(h)
-            first = firsts.setdefault(coarse, i)
-            if first != i:
-                more.setdefault(coarse, [first]).append(i)
-        self._size = len(heads) - 1 - len(self._skipped)
+        self._groups = groups
+        self._skipped = groups.skipped
+        self._size = groups.size
         self._points = _growth_points(self._size)
         self._grows = len(self._points)
         self._cap = 4 << (self._grows - 1) if self._grows else 0
@@ -248,10 +289,9 @@ class _BaseCandidates(_Candidates):
         super().add(key, type_id)
 
     def _load(self, key: Key) -> None:
-        coarse = self._coarse_of_key(key)
-        first = self._firsts.pop(coarse, None)
-        if first is not None:
-            self._load_group(self._more.pop(coarse, None) or [first])
+        ids = self._groups.take(self._coarse_of_key(key))
+        if ids is not None:
+            self._load_group(ids)
 
     def _load_group(self, ids: list[int]) -> None:
         by_key: dict[Key, list[int]] = {}
@@ -270,6 +310,45 @@ class _BaseCandidates(_Candidates):
                 stamp = grows
                 order.insert(0, i)
             self._entries[key] = [stamp, order]
+
+
+class SplitBase(Protocol):
+    """What a split dedup needs of its base, besides its types: the kind of
+    every base id, the base's types grouped for the candidate table, and
+    its structs and unions by name.  ``HeadsBase`` reads them from the
+    base's heads; ``linkdedup/base_index.py`` from a persistent index."""
+
+    def kinds(self) -> list[Kind]:
+        """The kind of every base id, void first."""
+
+    def groups(self) -> BaseGroups:
+        """The base types grouped for ``_BaseCandidates``."""
+
+    def composite(self, name: str) -> int | None:
+        """The one struct or union of the base named ``name``; 0 when there
+        are several, None when there is none."""
+
+
+class HeadsBase:
+    """``SplitBase`` from the head of every base type (``Btf.heads``)."""
+
+    def __init__(self, base: Btf) -> None:
+        self.heads = _all_heads(base)
+        self._composites: dict[str, int] | None = None
+
+    def kinds(self) -> list[Kind]:
+        return [h[0] for h in self.heads]
+
+    def groups(self) -> HeadGroups:
+        return HeadGroups(self.heads)
+
+    def composite(self, name: str) -> int | None:
+        if self._composites is None:
+            self._composites = {}
+            for i, h in enumerate(self.heads):
+                if h[0] in _COMPOSITE:
+                    self._composites[h[1]] = 0 if h[1] in self._composites else i
+        return self._composites.get(name)
 
 
 def _coarse_getters() -> list[Callable[[Head], object] | None]:
@@ -303,7 +382,7 @@ class _Dedup:
     canonical id (libbpf's ``d->map``, negative while unprocessed);
     ``hypot`` maps canonical to candidate ids during one graph walk."""
 
-    def __init__(self, btf: Btf, libbpf_1_1: bool) -> None:
+    def __init__(self, btf: Btf, libbpf_1_1: bool, split_base: SplitBase | None) -> None:
         self.btf = btf
         self.legacy = libbpf_1_1
         self.start = start = btf.start_id
@@ -314,12 +393,11 @@ class _Dedup:
         self.shapes: list[tuple] = []
         if btf.base is None:
             self.types: list[BtfType | None] = own
-            self.heads: list[Head] = []
             self.kinds = [t.kind for t in own]
         else:
             self.types = [None] * start + own
-            self.heads = _all_heads(btf.base)
-            self.kinds = [h[0] for h in self.heads] + [t.kind for t in own]
+            self.base = split_base or HeadsBase(btf.base)
+            self.kinds = self.base.kinds() + [t.kind for t in own]
         n = len(self.types)
         own_ids = enumerate(own if btf.base is not None else own[1:], start)
         self.map = list(range(start)) + [i if t.kind in _NEVER_DEDUPED else _UNPROCESSED
@@ -333,7 +411,7 @@ class _Dedup:
             self.table = _Candidates()
         else:
             self._check_base_kinds()
-            self.table = _BaseCandidates(self.heads, self._base_key, self._coarse_of_key)
+            self.table = _BaseCandidates(self.base.groups(), self._base_key, self._coarse_of_key)
 
     # -- helpers ----------------------------------------------------------
 
@@ -653,13 +731,20 @@ class _Dedup:
         fwds = [i for i in range(start, len(kinds)) if kinds[i] is _FWD and m[i] == i]
         if not fwds:
             return
-        unique: dict[str, int] = {}
-        for i in range(1, len(kinds)):
+        # The base's structs and unions are all canonical: only FWDs and
+        # enums of the base ever map elsewhere.
+        own: dict[str, int] = {}
+        for i in range(start, len(kinds)):
             if kinds[i] in _COMPOSITE and m[i] == i:
-                name = self.heads[i][1] if i < start else types[i].name
-                unique[name] = 0 if name in unique else i
+                name = types[i].name
+                own[name] = 0 if name in own else i
         for i in fwds:
-            c = unique.get(types[i].name, 0)
+            name = types[i].name
+            c = own.get(name, 0)
+            if self.btf.base is not None:
+                in_base = self.base.composite(name)
+                if in_base is not None:
+                    c = 0 if name in own else in_base
             if c and kinds[c] is _fwd_kind(types[i]):
                 m[i] = c
 
@@ -707,7 +792,7 @@ class _Dedup:
             t = types[i]
             c = t.copy()
             k = t.kind
-            if k in REF_KINDS:
+            if k in _ONE_REF:
                 c.type = final[t.type]
             elif k is _FUNC_PROTO:
                 c.type = final[t.type]

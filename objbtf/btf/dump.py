@@ -3,13 +3,15 @@
 The format is bpftool's ``dump_btf_type`` (bpftool 7.1, tools/bpf/bpftool/
 btf.c of Linux 6.1): one ``[id] KIND 'name' ...`` line per type, then one
 tab-indented line per member, enumerator, parameter or DATASEC entry.  Split
-BTF prints only its own types, numbered on from its base.
+BTF prints only its own types, numbered on from its base.  A kind bpftool
+does not know gets what its registry entry says it holds: its size or its
+type ids.
 """
 from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from .kinds import Kind
+from .kinds import Kind, info_of
 from .types import Btf, BtfType
 
 _LINKAGE = {0: 'static', 1: 'global', 2: 'extern'}
@@ -25,11 +27,7 @@ def dump_btf(btf: Btf) -> Iterator[str]:
 def dump_type(btf: Btf, type_id: int, t: BtfType) -> Iterator[str]:
     """bpftool's lines for one type."""
     head = f"[{type_id}] {_kind_name(t)} '{_name(t.name)}'"
-    details = _DETAILS.get(t.kind)
-    if details is None:
-        yield head
-        return
-    extra, items = details(btf, t)
+    extra, items = _DETAILS.get(t.kind, _by_layout)(btf, t)
     yield head + extra
     for item in items:
         yield '\t' + item
@@ -74,26 +72,26 @@ def _struct(btf: Btf, t: BtfType) -> _Details:
     lines = []
     for m in t.items:
         line = f"'{_name(m.name)}' type_id={m.type} bits_offset={m.bit_offset}"
-        if t.kflag and m.bitfield_size:
+        if t.bitfields and m.bitfield_size:
             line += f' bitfield_size={m.bitfield_size}'
         lines.append(line)
     return f' size={t.size} vlen={len(t.items)}', lines
 
 
 def _enum(btf: Btf, t: BtfType) -> _Details:
-    encoding = 'SIGNED' if t.kflag else 'UNSIGNED'
+    encoding = 'SIGNED' if t.signed else 'UNSIGNED'
     if t.kind is Kind.ENUM64:
-        values = [f"'{_name(v.name)}' val={_s64(v.value)}LL" if t.kflag
+        values = [f"'{_name(v.name)}' val={_s64(v.value)}LL" if t.signed
                   else f"'{_name(v.name)}' val={v.value & 0xffffffffffffffff}ULL"
                   for v in t.items]
     else:
-        values = [f"'{_name(v.name)}' val={_s32(v.value) if t.kflag else v.value & 0xffffffff}"
+        values = [f"'{_name(v.name)}' val={_s32(v.value) if t.signed else v.value & 0xffffffff}"
                   for v in t.items]
     return f' encoding={encoding} size={t.size} vlen={len(t.items)}', values
 
 
 def _fwd(btf: Btf, t: BtfType) -> _Details:
-    return f" fwd_kind={'union' if t.kflag else 'struct'}", []
+    return f" fwd_kind={'union' if t.fwd_union else 'struct'}", []
 
 
 def _func(btf: Btf, t: BtfType) -> _Details:
@@ -128,7 +126,19 @@ def _decl_tag(btf: Btf, t: BtfType) -> _Details:
     return f' type_id={t.type} component_idx={t.component_idx}', []
 
 
+def _nothing(btf: Btf, t: BtfType) -> _Details:
+    return '', []
+
+
+def _by_layout(btf: Btf, t: BtfType) -> _Details:
+    info = info_of(t.kind)
+    size = f' size={t.size}' if info.sized else ''
+    refs = ''.join(f' {name}_id={getattr(t, name)}' for name in info.refs)
+    return size + refs, []
+
+
 _DETAILS: dict[Kind, Callable[[Btf, BtfType], _Details]] = {
+    Kind.UNKN: _nothing,
     Kind.INT: _int, Kind.PTR: _reference, Kind.CONST: _reference,
     Kind.VOLATILE: _reference, Kind.RESTRICT: _reference, Kind.TYPEDEF: _reference,
     Kind.TYPE_TAG: _reference, Kind.ARRAY: _array, Kind.STRUCT: _struct,

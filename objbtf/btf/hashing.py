@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hashlib import blake2b
 
-from .kinds import Kind
+from .kinds import KINDS, Kind
 from .types import Btf, BtfType
 
 #: The version of the hashing below, recorded in every object's
@@ -32,8 +32,9 @@ from .types import Btf, BtfType
 #: other BTF, and asks for the stale objects to be rebuilt.
 HASH_SCHEME = 2
 UNMERGEABLE = 1
-_AGGREGATES = (Kind.STRUCT, Kind.UNION)
-_ENUMS = (Kind.ENUM, Kind.ENUM64)
+_AGGREGATES = KINDS.composite
+_ENUMS = KINDS.enums
+_UNMERGED_KINDS = KINDS.not_deduped
 _IN_PROGRESS = -1
 
 
@@ -45,7 +46,7 @@ def named_aggregate(t: BtfType) -> str | None:
     if t.kind in _AGGREGATES:
         return ('union ' if t.kind is Kind.UNION else 'struct ') + t.name
     if t.kind is Kind.FWD:
-        return ('union ' if t.kflag else 'struct ') + t.name
+        return ('union ' if t.fwd_union else 'struct ') + t.name
     if t.kind in _ENUMS:
         return 'enum ' + t.name
     return None
@@ -114,7 +115,7 @@ class Hasher:
         self._state[type_id] = _IN_PROGRESS
         t = self.btf[type_id]
         parts = [_scalars(t).encode()]
-        flag = UNMERGEABLE if t.kind in (Kind.VAR, Kind.DATASEC) else 0
+        flag = UNMERGEABLE if t.kind in _UNMERGED_KINDS else 0
         named, flags = self.named, self.flags
         for ref in t.refs():
             parts.append(self._token(ref))

@@ -1,15 +1,28 @@
-"""Read raw BTF bytes (a .BTF section or a .btf file) into a ``Btf``."""
+"""The codec's reader: raw BTF bytes (a .BTF section or a .btf file) into a ``Btf``.
+
+Every kind is read as the registry (``kinds.py``) lays it out: the common
+``struct btf_type``, then its fixed words, then its vlen entries.  One
+decoder per layout turns the words into the model's fields; it is the only
+code, with the writer's, that knows what a bit of the format means.
+
+``parse_btf`` is strict: a broken blob raises BtfError.  ``read_leniently``
+walks a type section as the kernel's verifier does and reports what is
+wrong instead, for the validator.
+"""
 from __future__ import annotations
 
 import functools
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 
 from .errors import BtfError
+from .header import BtfHeader, order_char
 from .kinds import (
-    Kind, extra_len, ARRAY as _ARRAY, ENUM as _ENUM, ENUM64 as _ENUM64,
-    FUNC_PROTO as _FUNC_PROTO, INT as _INT, STRUCT as _STRUCT, UNION as _UNION,
+    BTF_ARRAY, BTF_DECL_TAG, BTF_ENUM, BTF_ENUM64, BTF_MEMBER, BTF_PARAM, BTF_VAR,
+    BTF_VAR_SECINFO, INT_DATA, KINDS, LINKAGE, SIZE, TYPE, TYPE_HEAD_LEN, ZERO, Kind,
+    KindInfo, KindRegistry, ARRAY as _ARRAY, FUNC_PROTO as _FUNC_PROTO, UNKN as _UNKN,
 )
 from .strings import StringReader
 from .types import Btf, BtfType, Enumerator, Head, Member, Param, VarSecinfo, gc_paused
@@ -19,73 +32,33 @@ from .types import Btf, BtfType, Enumerator, Head, Member, Param, VarSecinfo, gc
 _new = tuple.__new__
 
 
-def byteorder_of(data: bytes) -> str:
-    """'little' or 'big' from the magic, or raise BtfError."""
-    if len(data) < 4:
-        raise BtfError('too short for a BTF header')
-    magic = bytes(data[0:2])
-    if magic == b'\x9f\xeb':
-        return 'little'
-    if magic == b'\xeb\x9f':
-        return 'big'
-    raise BtfError(f'bad magic 0x{magic[0]:02x}{magic[1]:02x}, not BTF')
-
-
-def read_header(data: bytes) -> tuple[str, int, int, int, int, int]:
-    """(byteorder, hdr_len, type_off, type_len, str_off, str_len) of a blob."""
-    order = byteorder_of(data)
-    fmt = ('<' if order == 'little' else '>') + 'HBBIIIII'
-    if len(data) < struct.calcsize(fmt):
-        raise BtfError('too short for a BTF header')
-    _magic, version, _flags, hdr_len, type_off, type_len, str_off, str_len = \
-        struct.unpack_from(fmt, data)
-    if version != 1:
-        raise BtfError(f'unsupported BTF version {version}')
-    if hdr_len < 24 or hdr_len > len(data):
-        raise BtfError(f'bad header length {hdr_len}')
-    end = len(data) - hdr_len
-    if type_off + type_len > end or str_off + str_len > end:
-        raise BtfError(f'sections run past the end of the data '
-                       f'(types {type_off}+{type_len}, strings {str_off}+{str_len}, '
-                       f'{end} bytes after the header)')
-    return order, hdr_len, type_off, type_len, str_off, str_len
-
-
-def blob_size(data: bytes, pos: int = 0) -> int:
-    """Total length of the BTF blob starting at ``pos`` (header + sections)."""
-    with memoryview(data) as view:       # no copy of what follows the blob
-        _, hdr_len, type_off, type_len, str_off, str_len = read_header(view[pos:])
-    return hdr_len + max(type_off + type_len, str_off + str_len)
-
-
 def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0,
-              offsets: list[int] | None = None) -> Btf:
-    """Parse a BTF blob; with ``base`` it is split BTF on top of it.
+              offsets: list[int] | None = None, kinds: KindRegistry = KINDS) -> Btf:
+    """Parse a BTF blob, in either byte order; with ``base`` it is split BTF on top of it.
 
     ``shift`` is added to every non-void type id the blob refers to: the link
     concatenates blobs this way without a second pass over their types.
     ``offsets``, if given, receives the byte offset of each own type in the
-    type section, as ``encode_btf`` gives them.
+    type section, as ``encode_btf`` gives them.  ``kinds`` is the registry
+    of the kinds the blob may hold.
 
     The blob is checked whole here (a broken one raises BtfError now), but
     each type is only built when first used: see ``Btf``.
     """
-    order, hdr_len, type_off, type_len, str_off, str_len = read_header(data)
-    e = '<' if order == 'little' else '>'
-    body = hdr_len
-    strdata = data[body + str_off: body + str_off + str_len]
+    h = BtfHeader.read(data)
+    strdata = h.strings(data)
     if base is not None and base.strings is None:
         raise BtfError('the base BTF was not read from bytes')
     if strdata[:1] not in (b'', b'\0') and base is None:
         raise BtfError('the string section does not start with NUL')
     strings = StringReader(strdata, base.strings if base is not None else None)
-    parser = TypeParser(data[body + type_off: body + type_off + type_len], e, strings, shift)
+    parser = TypeParser(h.types(data), order_char(h.order), strings, shift, kinds)
     first_id = base.next_id if base is not None else 1
     with gc_paused():
-        section = _Section(parser, first_id, order, void=base is None)
+        section = _Section(parser, first_id, h.order, void=base is None)
     if offsets is not None:
         offsets += section.offsets
-    return Btf.lazy(len(section.offsets), section, base, order, strings)
+    return Btf.lazy(len(section.offsets), section, base, h.order, strings)
 
 
 class TypeParser:
@@ -94,10 +67,13 @@ class TypeParser:
     ``shift`` is added to every non-void type id a type refers to.
     """
 
-    def __init__(self, tdata: bytes, e: str, name: StringReader, shift: int = 0):
+    def __init__(self, tdata: bytes, e: str, name: StringReader, shift: int = 0,
+                 kinds: KindRegistry = KINDS):
         self.tdata = tdata
         self.name = name
         self.shift = shift
+        self.kinds = kinds
+        self._specs = _parse_specs(kinds)
         self._head, self._u32, self._i32, self._triples, self._pairs = _unpackers(e)
 
     def parse(self, pos: int, type_id: int) -> tuple[BtfType, int]:
@@ -108,24 +84,24 @@ class TypeParser:
             raise BtfError(f'type {type_id} truncated at byte {pos}')
         name_off, info, st = self._head(tdata, pos)
         kind_no = (info >> 24) & 0x1f
-        spec = _SPECS[kind_no]
+        spec = self._specs[kind_no]
         if spec is None:
             raise BtfError(f'type {type_id} has unknown kind {kind_no}')
-        kind, fixed, per, body = spec
+        kind, fixed, per, body, has_vlen = spec
         try:
             name = self.name[name_off]
-        except ValueError as err:
+        except BtfError as err:
             raise BtfError(f'type {type_id}: {err}') from None
         vlen = info & 0xffff
         end = pos + 12 + fixed + per * vlen
         if end > n:
             raise BtfError(f'type {type_id} ({kind.name}) truncated')
-        if vlen and kind not in _VLEN_KINDS:
+        if vlen and not has_vlen:
             raise BtfError(f'type {type_id} ({kind.name}): vlen {vlen} must be 0')
-        if kind is _INT:
+        if body is TypeParser._int:
             (v,) = self._u32(tdata, pos + 12)
-            if v & 0xf000ff00:
-                raise BtfError(f'type {type_id} (INT): reserved bits set in 0x{v:08x}')
+            if v & _INT_RESERVED:
+                raise BtfError(f'type {type_id} ({kind.name}): reserved bits set in 0x{v:08x}')
         return body(self, kind, name, info >> 31, vlen, st, pos + 12, end), end
 
     # One per kind: (kind, name, kflag, vlen, header word, where the extra
@@ -218,18 +194,37 @@ class TypeParser:
                        component_idx)
 
 
-def _parse_specs() -> list:
+#: What ``struct btf_type``'s words after the header hold, per layout: the
+#: decoder of each (the writer has the encoder of each).
+_DECODERS: dict[tuple[str, ...], Callable] = {
+    INT_DATA: TypeParser._int, BTF_ARRAY: TypeParser._array, BTF_VAR: TypeParser._var,
+    BTF_DECL_TAG: TypeParser._decl_tag, BTF_MEMBER: TypeParser._struct,
+    BTF_ENUM: TypeParser._enum, BTF_ENUM64: TypeParser._enum64,
+    BTF_PARAM: TypeParser._func_proto, BTF_VAR_SECINFO: TypeParser._datasec,
+}
+#: INT data bits the format leaves unused (the kernel checks only the top 4).
+_INT_RESERVED = 0xf000ff00
+
+
+def decoder(info: KindInfo) -> Callable:
+    """The decoder of a kind's words after ``struct btf_type``."""
+    if info.vlen == LINKAGE:
+        return TypeParser._func
+    layout = info.fixed or info.entry
+    if layout:
+        return _DECODERS[layout]
+    return TypeParser._one_ref if info.word == TYPE else TypeParser._sized
+
+
+@functools.cache
+def _parse_specs(kinds: KindRegistry) -> list:
     """Per kind number, what ``TypeParser.parse`` needs (None: no such
-    kind): the kind, its extra bytes fixed and per vlen entry, and the
-    method that builds it."""
-    p = TypeParser
-    bodies = {Kind.INT: p._int, Kind.ARRAY: p._array, Kind.STRUCT: p._struct,
-              Kind.UNION: p._struct, Kind.ENUM: p._enum, Kind.ENUM64: p._enum64,
-              Kind.FUNC_PROTO: p._func_proto, Kind.VAR: p._var, Kind.DATASEC: p._datasec,
-              Kind.DECL_TAG: p._decl_tag, Kind.FUNC: p._func}
-    return [None if k is None else
-            (k, *_LAYOUT[k], bodies.get(k, p._sized if k in _SIZED else p._one_ref))
-            for k in _KINDS]
+    kind): the kind, its extra bytes fixed and per vlen entry, the method
+    that builds it, and whether vlen may be non-zero."""
+    return [None if i is None else
+            (i.kind, i.fixed_len, i.entry_len if i.has_vlen and i.entry else 0, decoder(i),
+             i.has_vlen)
+            for i in kinds.by_number]
 
 
 @functools.cache
@@ -267,6 +262,7 @@ class _Section:
         error."""
         parser = self.parser
         tdata, names, shift = parser.tdata, parser.name, parser.shift
+        scan = _scan_layouts(parser.kinds)
         nw = len(tdata) >> 2
         words = array(_U32, tdata[:nw << 2])
         if order != sys.byteorder:
@@ -281,14 +277,14 @@ class _Section:
                 parser.parse(w << 2, type_id)
             name_off, info, st = words[w], words[w + 1], words[w + 2]
             vlen = info & 0xffff
-            layout = _SCAN[(info >> 24) & 0x1f]
+            layout = scan[(info >> 24) & 0x1f]
             if layout is None:
                 parser.parse(w << 2, type_id)
-            kind, fixed, per, stride, max_vlen, shifted = layout
+            kind, fixed, per, names_at, stride, max_vlen, shifted, int_data = layout
             end = w + 3 + fixed + per * vlen
             if (end > nw or name_off >= limit or vlen > max_vlen
-                    or (stride and vlen and max(words[w + 3:end:stride]) >= limit)
-                    or (kind is _INT and words[w + 3] & 0xf000ff00)):
+                    or (stride and vlen and max(words[w + names_at:end:stride]) >= limit)
+                    or (int_data and words[w + 3] & _INT_RESERVED)):
                 parser.parse(w << 2, type_id)
             if kind is _ARRAY:
                 st, detail = words[w + 3], words[w + 5]
@@ -306,28 +302,138 @@ class _Section:
             parser.parse(w << 2, type_id)
 
 
-_KINDS = [Kind(i) if i in Kind._value2member_map_ else None for i in range(32)]
-_SIZED = frozenset({Kind.INT, Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.DATASEC,
-                    Kind.FLOAT, Kind.ENUM64})
-_VLEN_KINDS = frozenset({Kind.STRUCT, Kind.UNION, Kind.ENUM, Kind.ENUM64,
-                         Kind.FUNC_PROTO, Kind.DATASEC, Kind.FUNC})
-#: Per kind: bytes after the common header, and more bytes per vlen entry.
-_LAYOUT = {k: (extra_len(k, 0), extra_len(k, 1) - extra_len(k, 0)) for k in Kind}
+@functools.cache
+def _scan_layouts(kinds: KindRegistry) -> list:
+    """Per kind number, what the scan needs of a kind (None: no such kind):
+    the kind, its extra 32-bit words fixed and per entry, where the first
+    entry name sits from the start of the type and the stride of entry
+    names (0: none), the largest vlen, whether its header word is a type
+    id, and whether its fixed word is INT data."""
+    out: list = []
+    for i in kinds.by_number:
+        if i is None:
+            out.append(None)
+            continue
+        per = i.entry_len >> 2 if i.has_vlen and i.entry else 0
+        named = i.entry_name_at is not None and per
+        out.append((i.kind, i.fixed_len >> 2, per,
+                    3 + (i.fixed_len >> 2) + (i.entry_name_at or 0) if named else 0,
+                    per if named else 0, 0xffff if i.has_vlen else 0, i.word != SIZE,
+                    i.fixed == INT_DATA))
+    return out
 
 
-def _scan_layout(kind: Kind | None) -> tuple | None:
-    """What the scan needs of a kind: the kind, its extra 32-bit words fixed
-    and per entry, the stride of entry names (0: none), the largest vlen,
-    and whether its header word is a type id."""
-    if kind is None:
-        return None
-    fixed, per = _LAYOUT[kind]
-    stride = (3 if kind in (_STRUCT, _UNION, _ENUM64)
-              else 2 if kind in (_ENUM, _FUNC_PROTO) else 0)
-    return (kind, fixed >> 2, per >> 2, stride, 0xffff if kind in _VLEN_KINDS else 0,
-            kind not in _SIZED)
-
-
-_SCAN = [_scan_layout(k) for k in _KINDS]
-_SPECS = _parse_specs()
 _U32 = next(code for code in 'IL' if array(code).itemsize == 4)
+
+
+# ---------------------------------------------------------------------------
+# The lenient mode: the kernel's first walk over a type section
+
+#: (type id, kind name, type name as Latin-1, message)
+Report = Callable[[int, str, str, str], None]
+#: The bits of info the kernel knows: kind_flag, kind, vlen.
+_INFO_MASK = 0x9f00ffff
+#: INT data bits the kernel knows (BTF_INT_MASK).
+_INT_DATA_MASK = 0x0fffffff
+_MAX_NAME_OFFSET = 0xffffff
+
+
+class _RawNames(dict):
+    """Names by offset, decoded as Latin-1 so that their bytes survive for
+    the kernel's name rules; '' for an offset outside the strings."""
+
+    def __init__(self, strings: bytes, base_strings: bytes):
+        super().__init__()
+        self.strings = strings
+        self.base_strings = base_strings
+
+    def raw(self, off: int) -> bytes | None:
+        """The bytes of the name at ``off``, or None when it is out of range."""
+        if off > _MAX_NAME_OFFSET:
+            return None
+        base_len = len(self.base_strings)
+        if off < base_len:
+            data, pos = self.base_strings, off
+        else:
+            data, pos = self.strings, off - base_len
+            if pos >= len(data):
+                return None
+        return data[pos:data.index(b'\0', pos)]
+
+    def __missing__(self, off: int) -> str:
+        raw = self.raw(off)
+        name = self[off] = '' if raw is None else raw.decode('latin-1')
+        return name
+
+
+def read_leniently(tdata: bytes, order: str, strings: bytes, base_strings: bytes,
+                   first_id: int, max_id: int, report: Report,
+                   kinds: KindRegistry = KINDS) -> tuple[list[BtfType], bool]:
+    """The types of a type section as the kernel's first pass walks it
+    (``btf_check_all_metas``), and whether it could walk all of it.
+
+    Problems of the fields the model drops (reserved bits, vlen of kinds
+    without it, an ARRAY's size word, name offsets out of range or naming
+    an empty string) go to ``report``, and the walk goes on; a type it
+    cannot delimit (truncated, unknown kind, past ``max_id``) ends it.
+    """
+    names = _RawNames(strings, base_strings)
+    parser = TypeParser(tdata, order_char(order), names, 0, kinds)
+    head = struct.Struct(order_char(order) + 'III')
+    types: list[BtfType] = []
+    type_id, pos, end = first_id, 0, len(tdata)
+    while pos < end:
+        if type_id > max_id:
+            report(type_id, '', '', f'more than {max_id} types')
+            return types, False
+        if end - pos < TYPE_HEAD_LEN:
+            report(type_id, '', '', f'truncated: {end - pos} bytes left for a type')
+            return types, False
+        name_off, info, st = head.unpack_from(tdata, pos)
+        kind_no, vlen = (info >> 24) & 0x1f, info & 0xffff
+        spec = kinds.by_number[kind_no]
+        if spec is None or spec.kind is _UNKN:
+            report(type_id, '', '', f'unknown kind {kind_no}')
+            return types, False
+        need = spec.extra_len(vlen)
+        if end - pos - TYPE_HEAD_LEN < need:
+            report(type_id, spec.name, '', f'truncated: needs {need} more bytes')
+            return types, False
+        words = struct.unpack_from(f'{order_char(order)}{need >> 2}I', tdata,
+                                   pos + TYPE_HEAD_LEN)
+        _raw_problems(spec, names, name_off, info, st, words,
+                      lambda kind, name, message: report(type_id, kind, name, message))
+        t = decoder(spec)(parser, spec.kind, names[name_off], info >> 31, vlen, st,
+                          pos + TYPE_HEAD_LEN, pos + TYPE_HEAD_LEN + need)
+        types.append(t)
+        pos += TYPE_HEAD_LEN + need
+        type_id += 1
+    return types, True
+
+
+def _raw_problems(spec: KindInfo, names: _RawNames, name_off: int, info: int, st: int,
+                  words: tuple[int, ...], report: Callable[[str, str, str], None]) -> None:
+    """Reports what is wrong with one type's raw fields, in the kernel's order."""
+    kind = spec.name
+
+    def name_problem(off: int, what: str, checked: bool = True) -> None:
+        raw = names.raw(off)
+        if raw is None:
+            report(kind, '', f'{what} offset {off} is outside the string section')
+        elif off and not raw and checked:
+            report(kind, '', f'{what} offset {off} points to an empty string; no name is offset 0')
+
+    name_problem(name_off, 'name', spec.name_checked)
+    name = names[name_off]
+    if info & ~_INFO_MASK:
+        report(kind, name, f'reserved bits set in info {info:#010x}')
+    elif not spec.has_vlen and info & 0xffff:
+        report(kind, name, f'vlen {info & 0xffff}, must be 0')
+    elif spec.word == ZERO and st:
+        report(kind, name, f'size {st}, must be 0')
+    if spec.fixed == INT_DATA and words[0] & ~_INT_DATA_MASK:
+        report(kind, name, f'reserved bits set in int data {words[0]:#010x}')
+    if spec.entry_name_at is not None and spec.vlen is not None:
+        step = len(spec.entry)
+        for i in range(len(spec.fixed) + spec.entry_name_at, len(words), step):
+            name_problem(words[i], spec.named_entries)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from itertools import accumulate
 
+from .errors import BtfError
+
 
 class StringTable(dict):
     """Builds a string section, adding each distinct string once.
@@ -64,7 +66,7 @@ class StringReader(dict):
             pos = off - self.start
             end = self.data.find(b'\0', pos)
             if pos >= len(self.data) or end < 0:
-                raise ValueError(f'string offset {off} outside the string section')
+                raise BtfError(f'string offset {off} outside the string section')
             s = self.data[pos:end].decode('utf-8', 'replace')
         self[off] = s
         return s

@@ -15,7 +15,7 @@ from itertools import count
 from typing import Protocol
 
 from .kinds import (
-    SIZED_KINDS, Kind, ARRAY as _ARRAY, DATASEC as _DATASEC, FUNC as _FUNC,
+    BITFIELD, KINDS, SIGNED, UNION_FWD, Kind, info_of, ARRAY as _ARRAY, DATASEC as _DATASEC,
     FUNC_PROTO as _FUNC_PROTO, STRUCT as _STRUCT, UNION as _UNION,
 )
 from .strings import StringReader
@@ -59,16 +59,36 @@ class VarSecinfo(namedtuple('VarSecinfo', 'type offset size')):
     __slots__ = ()
 
 
+def _kflag_meaning(meaning: str, doc: str) -> property:
+    """A named accessor for kind_flag where it means ``meaning`` (False
+    for other kinds, which cannot set it)."""
+    kinds = KINDS.kflag_means(meaning)
+
+    def get(t: BtfType) -> bool:
+        return bool(t.kflag) and t.kind in kinds
+
+    def put(t: BtfType, value: bool) -> None:
+        if t.kind not in kinds:
+            raise AttributeError(f'kind_flag of {t.kind.name} does not mean {meaning}')
+        t.kflag = int(value)
+    return property(get, put, doc=doc)
+
+
 class BtfType:
     """One BTF type.  Which fields matter depends on ``kind``:
 
     INT: size, encoding, bit_offset, bits.  FLOAT: size.  PTR, TYPEDEF,
     CONST, VOLATILE, RESTRICT, TYPE_TAG: type.  ARRAY: type (element),
-    index_type, nelems.  STRUCT/UNION: size, kflag, items (Member).
-    ENUM/ENUM64: size, kflag (signed), items (Enumerator).  FWD: kflag (union).
+    index_type, nelems.  STRUCT/UNION: size, bitfields, items (Member).
+    ENUM/ENUM64: size, signed, items (Enumerator).  FWD: fwd_union.
     FUNC: type (FUNC_PROTO), linkage.  FUNC_PROTO: type (return), items
     (Param; a last Param('', 0) marks varargs).  VAR: type, linkage.
     DATASEC: size, items (VarSecinfo).  DECL_TAG: type, component_idx.
+
+    ``kflag`` is the format's kind_flag bit as it is; what it means depends
+    on the kind (the registry's ``KindInfo.kflag``), and code that needs the
+    meaning reads it through ``bitfields``, ``signed`` and ``fwd_union``.
+    FUNC's linkage is the model's ``linkage``, whatever field holds it.
     """
 
     __slots__ = ('kind', 'name', 'size', 'type', 'kflag', 'encoding', 'bit_offset', 'bits',
@@ -111,9 +131,18 @@ class BtfType:
         if k is _FUNC_PROTO:
             return (self.type, *[p[1] for p in self.items])
         at = _ENTRY_TYPE.get(k)
-        if at is None:
+        if at is not None:
+            return tuple([e[at] for e in self.items])
+        if k in _NO_REFS:
             return ()
-        return tuple([e[at] for e in self.items])
+        return self._refs_by_layout()
+
+    def _refs_by_layout(self) -> tuple[int, ...]:
+        """``refs`` of a kind only its registry entry describes."""
+        info = info_of(self.kind)
+        at = info.entry_type_at
+        return (*[getattr(self, f) for f in info.refs],
+                *([] if at is None else [e[at] for e in self.items]))
 
     def remap(self, f: Callable[[int], int]) -> None:
         """Replace every referenced type id ``i`` by ``f(i)`` in place."""
@@ -130,6 +159,17 @@ class BtfType:
             self.items = tuple([_new(Param, (n, f(t))) for n, t in self.items])
         elif k is _DATASEC:
             self.items = tuple([_new(VarSecinfo, (f(t), o, s)) for t, o, s in self.items])
+        elif k not in _NO_REFS:
+            self._remap_by_layout(f)
+
+    def _remap_by_layout(self, f: Callable[[int], int]) -> None:
+        """``remap`` of a kind only its registry entry describes."""
+        info = info_of(self.kind)
+        for name in info.refs:
+            setattr(self, name, f(getattr(self, name)))
+        at = info.entry_type_at
+        if at is not None:
+            self.items = tuple([e.__class__(*e[:at], f(e[at]), *e[at + 1:]) for e in self.items])
 
     def copy(self) -> BtfType:
         # Filled slot by slot: a third cheaper than through __init__.
@@ -149,18 +189,26 @@ class BtfType:
         c.items = self.items
         return c
 
+    bitfields = _kflag_meaning(BITFIELD, 'STRUCT/UNION: the member offsets carry bitfield sizes.')
+    signed = _kflag_meaning(SIGNED, 'ENUM/ENUM64: the values are signed.')
+    fwd_union = _kflag_meaning(UNION_FWD, 'FWD: declares a union, not a struct.')
+
     @property
     def vlen(self) -> int:
-        if self.kind is _FUNC:
+        """What the format's vlen holds: the number of entries, or FUNC's linkage."""
+        if self.kind in _VLEN_IS_LINKAGE:
             return self.linkage
         return len(self.items)
 
 
-_ONE_REF = frozenset({Kind.PTR, Kind.TYPEDEF, Kind.VOLATILE, Kind.CONST,
-                      Kind.RESTRICT, Kind.FUNC, Kind.VAR, Kind.TYPE_TAG,
-                      Kind.DECL_TAG})
-#: Where an entry of a STRUCT, UNION or DATASEC holds its type id.
-_ENTRY_TYPE = {Kind.STRUCT: 1, Kind.UNION: 1, Kind.DATASEC: 0}
+_ONE_REF = KINDS.one_ref
+#: The kernel's kinds that refer to no type.
+_NO_REFS = frozenset(i.kind for i in KINDS if not i.refs and i.entry_type_at is None)
+_VLEN_IS_LINKAGE = KINDS.vlen_is_linkage
+#: Where an entry of a STRUCT, UNION or DATASEC holds its type id
+#: (FUNC_PROTO's parameters are read with its return type).
+_ENTRY_TYPE = {k: at for k, at in KINDS.entry_type_at.items() if k is not _FUNC_PROTO}
+_SIZED = KINDS.sized
 
 VOID = BtfType(Kind.UNKN)
 
@@ -177,7 +225,7 @@ def head(t: BtfType) -> Head:
     k = t.kind
     detail = (t.nelems if k is _ARRAY else tuple([p[1] for p in t.items]) if k is _FUNC_PROTO
               else 0)
-    return (k, t.name, t.size if k in SIZED_KINDS else t.type, t.vlen, detail)
+    return (k, t.name, t.size if k in _SIZED else t.type, t.vlen, detail)
 
 
 class TypeSource(Protocol):

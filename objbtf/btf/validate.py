@@ -30,9 +30,10 @@ import struct
 from dataclasses import dataclass
 
 from .errors import BtfError
-from .kinds import (BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, MAX_RESOLVE_DEPTH,
-                    MODIFIER_KINDS, SIZED_KINDS, Kind, extra_len)
-from .types import Btf, BtfType, Enumerator, Member, Param, VarSecinfo, VOID
+from .header import BtfHeader, magic_order, order_char
+from .kinds import BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, KINDS, MAX_RESOLVE_DEPTH, Kind
+from .reader import read_leniently
+from .types import Btf, BtfType, Member, Param, VarSecinfo, VOID
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
 BTF_MAX_TYPE = 0xfffff
@@ -41,8 +42,6 @@ BTF_MAX_NAME_OFFSET = 0xffffff
 MAX_NAME_BYTES = 512
 
 _U32 = 0xffffffff
-_INFO_MASK = 0x9f00ffff
-_INT_DATA_MASK = 0x0fffffff
 _BITS_PER_U128 = 128
 
 # The kernel's isalpha/isalnum/isprint (lib/ctype.c): Latin-1 letters count.
@@ -92,9 +91,18 @@ def validate_bytes(data: bytes, base: Btf | None = None,
     problems, header = _check_layout(data, split=base is not None)
     if header is None:
         return problems
-    btf, problems, complete = _RawReader(data, header, base).read()
+    problems = []
+
+    def report(type_id: int, kind: str, name: str, message: str) -> None:
+        display = name.encode('latin-1').decode('utf-8', 'replace')
+        problems.append(Problem(type_id, kind, display, message))
+
+    types, complete = read_leniently(
+        header.types(data), header.order, header.strings(data), _base_string_bytes(base),
+        base.next_id if base is not None else 1, BTF_MAX_TYPE - 1, report)
     if not complete:
         return problems
+    btf = Btf(types=types, base=base) if base is not None else Btf(types=[VOID, *types])
     checker = _Checker(btf, 'latin-1', linux_6_1)
     problems = sorted(problems + checker.check_metas(), key=lambda p: p.type_id or 0)
     return problems or checker.check_references()
@@ -103,49 +111,35 @@ def validate_bytes(data: bytes, base: Btf | None = None,
 # ---------------------------------------------------------------------------
 # Header and sections (btf_parse_hdr, btf_check_sec_info, btf_parse_str_sec)
 
-@dataclass(frozen=True)
-class _Header:
-    order: str
-    hdr_len: int
-    type_off: int
-    type_len: int
-    str_off: int
-    str_len: int
-
-
 def _layout_problem(message: str) -> tuple[list[Problem], None]:
     return [Problem(None, '', '', message)], None
 
 
-def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], _Header | None]:
+def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], BtfHeader | None]:
     """The kernel's header and section checks; a header when they pass."""
     size = len(data)
     if size > BTF_MAX_SIZE:
         return _layout_problem(f'{size} bytes, more than the {BTF_MAX_SIZE} the kernel takes')
     if size < 8:
         return _layout_problem(f'{size} bytes, too short to hold a header length')
-    order = {b'\x9f\xeb': '<', b'\xeb\x9f': '>'}.get(bytes(data[:2]))
+    order = magic_order(data)
     if order is None:
         return _layout_problem(f'bad magic {bytes(data[:2]).hex()}')
-    (hdr_len,) = struct.unpack_from(order + 'I', data, 4)
+    (hdr_len,) = struct.unpack_from(order_char(order) + 'I', data, 4)
     if hdr_len > size:
         return _layout_problem(f'header length {hdr_len} runs past the {size} bytes of data')
     if hdr_len > BTF_HEADER_LEN and any(data[BTF_HEADER_LEN:hdr_len]):
         return _layout_problem(f'header length {hdr_len}: bytes past the {BTF_HEADER_LEN} '
                                'the kernel knows must be zero')
-    # The kernel copies min(hdr_len, 24) bytes into a zeroed header.
-    head = bytes(data[:min(hdr_len, BTF_HEADER_LEN)]).ljust(BTF_HEADER_LEN, b'\0')
-    magic, version, flags, _, type_off, type_len, str_off, str_len = \
-        struct.unpack(order + 'HBBIIIII', head)
-    if magic != BTF_MAGIC:
-        return _layout_problem(f'bad magic {magic:#06x} within header length {hdr_len}')
-    if version != BTF_VERSION:
-        return _layout_problem(f'version {version}, only {BTF_VERSION} is supported')
-    if flags:
-        return _layout_problem(f'flags {flags:#x}, must be 0')
+    header = BtfHeader.read_as_kernel(data, order, hdr_len)
+    if header.magic != BTF_MAGIC:
+        return _layout_problem(f'bad magic {header.magic:#06x} within header length {hdr_len}')
+    if header.version != BTF_VERSION:
+        return _layout_problem(f'version {header.version}, only {BTF_VERSION} is supported')
+    if header.flags:
+        return _layout_problem(f'flags {header.flags:#x}, must be 0')
     if not split and size == hdr_len:
         return _layout_problem('no data after the header')
-    header = _Header(order, hdr_len, type_off, type_len, str_off, str_len)
     message = (_sections_problem(header, size - hdr_len) or _strings_problem(data, header, split)
                or _types_problem(header, split))
     if message:
@@ -153,7 +147,7 @@ def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], _Header | No
     return [], header
 
 
-def _sections_problem(h: _Header, expected: int) -> str | None:
+def _sections_problem(h: BtfHeader, expected: int) -> str | None:
     """Sections must tile the data after the header: no gap, no overlap."""
     secs = [('type', h.type_off, h.type_len), ('string', h.str_off, h.str_len)]
     if _sec_cmp(secs[0], secs[1]) > 0:
@@ -182,7 +176,7 @@ def _sec_cmp(x: tuple[str, int, int], y: tuple[str, int, int]) -> int:
     return s32(x[1] - y[1]) or s32(x[2] - y[2])
 
 
-def _strings_problem(data: bytes, h: _Header, split: bool) -> str | None:
+def _strings_problem(data: bytes, h: BtfHeader, split: bool) -> str | None:
     start = h.hdr_len + h.str_off
     end = start + h.str_len
     if end != len(data):
@@ -200,172 +194,12 @@ def _strings_problem(data: bytes, h: _Header, split: bool) -> str | None:
     return None
 
 
-def _types_problem(h: _Header, split: bool) -> str | None:
+def _types_problem(h: BtfHeader, split: bool) -> str | None:
     if h.type_off % 4:
         return f'type section offset {h.type_off} is not 4-byte aligned'
     if not split and not h.type_len:
         return 'no types'
     return None
-
-
-# ---------------------------------------------------------------------------
-# Raw types: what the model cannot hold (btf_check_meta and the raw fields)
-
-_NO_VLEN_KINDS = frozenset({Kind.INT, Kind.PTR, Kind.ARRAY, Kind.FWD, Kind.TYPEDEF,
-                            Kind.VOLATILE, Kind.CONST, Kind.RESTRICT, Kind.VAR,
-                            Kind.FLOAT, Kind.DECL_TAG, Kind.TYPE_TAG})
-#: Kinds whose own name the kernel never looks at.
-_UNCHECKED_NAME_KINDS = frozenset({Kind.INT, Kind.FLOAT})
-
-
-class _RawReader:
-    """Reads a type section the way the kernel's first pass walks it.
-
-    Names are decoded as Latin-1 so that their bytes survive for the name
-    rules.  Problems of fields the model drops (reserved bits, vlen of kinds
-    without members, an ARRAY's size, bad or empty-but-non-zero name offsets)
-    are reported here.
-    """
-
-    def __init__(self, data: bytes, h: _Header, base: Btf | None):
-        self.e = h.order
-        start = h.hdr_len + h.type_off
-        self.tdata = bytes(data[start:start + h.type_len])
-        sstart = h.hdr_len + h.str_off
-        self.strings = bytes(data[sstart:sstart + h.str_len])
-        self.base = base
-        self.base_strings = _base_string_bytes(base)
-        self.problems: list[Problem] = []
-
-    def read(self) -> tuple[Btf, list[Problem], bool]:
-        """(model, problems, whether the whole section could be walked)."""
-        types: list[BtfType] = []
-        type_id = self.base.next_id if self.base is not None else 1
-        pos, end = 0, len(self.tdata)
-        head = struct.Struct(self.e + 'III')
-        while pos < end:
-            if type_id > BTF_MAX_TYPE - 1:
-                self._add(type_id, '', '', f'more than {BTF_MAX_TYPE - 1} types')
-                return self._model(types), self.problems, False
-            if end - pos < head.size:
-                self._add(type_id, '', '', f'truncated: {end - pos} bytes left for a type')
-                return self._model(types), self.problems, False
-            name_off, info, st = head.unpack_from(self.tdata, pos)
-            kind_no, vlen = (info >> 24) & 0x1f, info & 0xffff
-            if not Kind.INT <= kind_no <= Kind.ENUM64:
-                self._add(type_id, '', '', f'unknown kind {kind_no}')
-                return self._model(types), self.problems, False
-            kind = Kind(kind_no)
-            need = extra_len(kind, vlen)
-            if end - pos - head.size < need:
-                self._add(type_id, kind.name, '', f'truncated: needs {need} more bytes')
-                return self._model(types), self.problems, False
-            t = BtfType(kind, self._name(type_id, kind, name_off), kflag=info >> 31)
-            self._raw_fields(type_id, t, info, st)
-            self._body(type_id, t, st, vlen, pos + head.size)
-            types.append(t)
-            pos += head.size + need
-            type_id += 1
-        return self._model(types), self.problems, True
-
-    def _model(self, types: list[BtfType]) -> Btf:
-        if self.base is not None:
-            return Btf(types=types, base=self.base)
-        return Btf(types=[VOID, *types])
-
-    def _add(self, type_id: int, kind: str, name: str, message: str) -> None:
-        display = name.encode('latin-1').decode('utf-8', 'replace')
-        self.problems.append(Problem(type_id, kind, display, message))
-
-    def _raw_fields(self, type_id: int, t: BtfType, info: int, st: int) -> None:
-        kind = t.kind
-        message = None
-        if info & ~_INFO_MASK:
-            message = f'reserved bits set in info {info:#010x}'
-        elif kind in _NO_VLEN_KINDS and info & 0xffff:
-            message = f'vlen {info & 0xffff}, must be 0'
-        elif kind is Kind.ARRAY and st:
-            message = f'size {st}, must be 0'
-        if message:
-            self._add(type_id, kind.name, t.name, message)
-        if kind in SIZED_KINDS:
-            t.size = st
-        else:
-            t.type = st
-
-    def _string(self, off: int) -> bytes | None:
-        """The bytes of the name at ``off``, or None when it is out of range."""
-        if off > BTF_MAX_NAME_OFFSET:
-            return None
-        base_len = len(self.base_strings)
-        if off < base_len:
-            data, pos = self.base_strings, off
-        else:
-            data, pos = self.strings, off - base_len
-            if pos >= len(data):
-                return None
-        return data[pos:data.index(b'\0', pos)]
-
-    def _name(self, type_id: int, kind: Kind, off: int, what: str = 'name') -> str:
-        raw = self._string(off)
-        if raw is None:
-            self._add(type_id, kind.name, '', f'{what} offset {off} is outside the string section')
-            return ''
-        if off and not raw and not (what == 'name' and kind in _UNCHECKED_NAME_KINDS):
-            self._add(type_id, kind.name, '', f'{what} offset {off} points to an empty '
-                      'string; no name is offset 0')
-        return raw.decode('latin-1')
-
-    def _body(self, type_id: int, t: BtfType, st: int, vlen: int, pos: int) -> None:
-        e, data, kind = self.e, self.tdata, t.kind
-        if kind is Kind.INT:
-            (v,) = struct.unpack_from(e + 'I', data, pos)
-            if v & ~_INT_DATA_MASK:
-                self._add(type_id, kind.name, t.name, f'reserved bits set in int data {v:#010x}')
-            t.encoding, t.bit_offset, t.bits = (v >> 24) & 0x0f, (v >> 16) & 0xff, v & 0xff
-        elif kind is Kind.ARRAY:
-            t.type, t.index_type, t.nelems = struct.unpack_from(e + 'III', data, pos)
-        elif kind in (Kind.STRUCT, Kind.UNION):
-            t.items = tuple(self._members(type_id, t, vlen, pos))
-        elif kind in (Kind.ENUM, Kind.ENUM64):
-            t.items = tuple(self._enumerators(type_id, t, vlen, pos))
-        elif kind is Kind.FUNC_PROTO:
-            words = struct.unpack_from(e + f'{2 * vlen}I', data, pos)
-            t.items = tuple(Param(self._name(type_id, kind, n, 'parameter name'), pt)
-                            for n, pt in zip(words[::2], words[1::2]))
-        elif kind is Kind.FUNC:
-            t.linkage = vlen
-        elif kind is Kind.VAR:
-            (t.linkage,) = struct.unpack_from(e + 'I', data, pos)
-        elif kind is Kind.DATASEC:
-            words = struct.unpack_from(e + f'{3 * vlen}I', data, pos)
-            t.items = tuple(VarSecinfo(*words[i:i + 3]) for i in range(0, len(words), 3))
-        elif kind is Kind.DECL_TAG:
-            (t.component_idx,) = struct.unpack_from(e + 'i', data, pos)
-
-    def _members(self, type_id: int, t: BtfType, vlen: int, pos: int) -> list[Member]:
-        words = struct.unpack_from(self.e + f'{3 * vlen}I', self.tdata, pos)
-        members = []
-        for i in range(0, len(words), 3):
-            name = self._name(type_id, t.kind, words[i], 'member name')
-            off = words[i + 2]
-            if t.kflag:
-                members.append(Member(name, words[i + 1], off & 0xffffff, off >> 24))
-            else:
-                members.append(Member(name, words[i + 1], off, 0))
-        return members
-
-    def _enumerators(self, type_id: int, t: BtfType, vlen: int, pos: int) -> list[Enumerator]:
-        wide = t.kind is Kind.ENUM64
-        words = struct.unpack_from(self.e + f'{(3 if wide else 2) * vlen}I', self.tdata, pos)
-        step, bits = (3, 64) if wide else (2, 32)
-        values = []
-        for i in range(0, len(words), step):
-            value = words[i + 2] << 32 | words[i + 1] if wide else words[i + 1]
-            if t.kflag and value >= 1 << (bits - 1):
-                value -= 1 << bits
-            values.append(Enumerator(self._name(type_id, t.kind, words[i], 'value name'), value))
-        return values
 
 
 def _base_string_bytes(base: Btf | None) -> bytes:
@@ -388,8 +222,10 @@ def _base_string_bytes(base: Btf | None) -> bytes:
 _NOT_VISITED, _VISITED, _RESOLVED = 0, 1, 2
 _MODE_TBD, _MODE_PTR, _MODE_STRUCT = 0, 1, 2
 
-_STRUCTS = frozenset({Kind.STRUCT, Kind.UNION})
-_NEEDS_RESOLVE = MODIFIER_KINDS | {Kind.PTR, Kind.STRUCT, Kind.UNION, Kind.ARRAY,
+_MODIFIERS = KINDS.modifier
+_SIZED = KINDS.sized
+_STRUCTS = KINDS.composite
+_NEEDS_RESOLVE = _MODIFIERS | {Kind.PTR, Kind.STRUCT, Kind.UNION, Kind.ARRAY,
                                    Kind.VAR, Kind.FUNC, Kind.DECL_TAG, Kind.DATASEC}
 #: Types that may only start a resolution, never be referred to by one.
 _SOURCE_ONLY = frozenset({Kind.VAR, Kind.DECL_TAG, Kind.DATASEC})
@@ -473,7 +309,7 @@ class _Checker:
         problems = []
         for type_id in range(self.first, self.total):
             t = self.types[type_id]
-            message = _unencodable(t) or _META[t.kind](self, t)
+            message = _unencodable(t) or _META.get(t.kind, _meta_not_linux)(self, t)
             if message:
                 problems.append(self.problem(type_id, message))
         return problems
@@ -535,8 +371,8 @@ class _Checker:
         if self.mode == _MODE_TBD:
             return k not in _NEEDS_RESOLVE
         if self.mode == _MODE_PTR:
-            return k not in MODIFIER_KINDS and k is not Kind.PTR
-        return k not in MODIFIER_KINDS and k is not Kind.ARRAY and k not in _STRUCTS
+            return k not in _MODIFIERS and k is not Kind.PTR
+        return k not in _MODIFIERS and k is not Kind.ARRAY and k not in _STRUCTS
 
     def push(self, type_id: int) -> None:
         if len(self.stack) == MAX_RESOLVE_DEPTH:
@@ -562,7 +398,7 @@ class _Checker:
         if type_id >= self.kstart:
             return self.rid[type_id]
         t = self.types[type_id]
-        if t.kind in MODIFIER_KINDS or t.kind in (Kind.VAR, Kind.PTR, Kind.ARRAY):
+        if t.kind in _MODIFIERS or t.kind in (Kind.VAR, Kind.PTR, Kind.ARRAY):
             return self.skip_modifiers(t.type)
         return t.type if t.kind in (Kind.FUNC, Kind.DECL_TAG) else 0
 
@@ -580,7 +416,7 @@ class _Checker:
         """A base type's target past modifiers, as a resolved base would record it."""
         for _ in range(MAX_RESOLVE_DEPTH):
             t = self.get(type_id)
-            if t is None or t.kind not in MODIFIER_KINDS:
+            if t is None or t.kind not in _MODIFIERS:
                 break
             type_id = t.type
         return type_id
@@ -593,7 +429,7 @@ class _Checker:
         size = self._own_size(type_id, t)
         if size is not None:
             return type_id, size
-        if t.kind not in MODIFIER_KINDS and t.kind is not Kind.VAR:
+        if t.kind not in _MODIFIERS and t.kind is not Kind.VAR:
             return None
         type_id = self.resolved_id(type_id)
         t = self.get(type_id)
@@ -603,7 +439,7 @@ class _Checker:
         return None if size is None else (type_id, size)
 
     def _own_size(self, type_id: int, t: BtfType) -> int | None:
-        if t.kind in SIZED_KINDS:
+        if t.kind in _SIZED:
             return t.size
         if t.kind is Kind.ARRAY:
             return self.resolved_size(type_id)
@@ -635,13 +471,13 @@ class _Checker:
             return not self.rid[type_id] and not self.rsize[type_id]
         if t.kind in (Kind.DECL_TAG, Kind.FUNC):
             return bool(self.rid[type_id]) and not self.rsize[type_id]
-        if t.kind in MODIFIER_KINDS or t.kind in (Kind.PTR, Kind.VAR):
+        if t.kind in _MODIFIERS or t.kind in (Kind.PTR, Kind.VAR):
             target = self.get(self.rid[type_id])
-            return target is not None and target.kind not in MODIFIER_KINDS \
+            return target is not None and target.kind not in _MODIFIERS \
                 and target.kind not in (Kind.VAR, Kind.DATASEC)
         if t.kind is Kind.ARRAY:
             elem = self.id_size(t.type)
-            return elem is not None and self.types[elem[0]].kind not in MODIFIER_KINDS \
+            return elem is not None and self.types[elem[0]].kind not in _MODIFIERS \
                 and (t.nelems * elem[1]) & _U32 == self.rsize[type_id]
         return False
 
@@ -657,7 +493,7 @@ class _Checker:
         if not self.sink(next_t) and not self.resolved(next_id):
             self.push(next_id)
             return
-        if follow_ptr and next_t.kind in MODIFIER_KINDS:
+        if follow_ptr and next_t.kind in _MODIFIERS:
             target = self.resolved_id(next_id)
             target_t = self.get(target)
             if target_t is not None and target_t.kind is Kind.PTR and not self.sink(target_t) \
@@ -789,13 +625,13 @@ class _Checker:
 
     def check_member(self, sid: int, s: BtfType, m: Member, mt: BtfType) -> None:
         k = mt.kind
-        if k in MODIFIER_KINDS:
+        if k in _MODIFIERS:
             sized = self.id_size(m.type)
             if sized is None:
                 raise _Reject(sid, f"member '{m.name}' type {self.describe(m.type)} has no size")
             self.check_member(sid, s, m._replace(type=sized[0]), self.types[sized[0]])
             return
-        if s.kflag:
+        if s.bitfields:
             if k is Kind.INT:
                 return self.check_int_bitfield(sid, s, m, mt)
             if k in (Kind.ENUM, Kind.ENUM64):
@@ -875,11 +711,11 @@ class _Checker:
         good_id = self.first - 1
         for type_id in range(self.first, self.total):
             t = self.types[type_id]
-            if t.kind not in MODIFIER_KINDS:
+            if t.kind not in _MODIFIERS:
                 continue
             in_tags = t.kind is Kind.TYPE_TAG
             cur, limit = type_id, MAX_RESOLVE_DEPTH
-            while t.kind in MODIFIER_KINDS:
+            while t.kind in _MODIFIERS:
                 if not limit:
                     raise _Reject(type_id, f'modifier chain longer than {MAX_RESOLVE_DEPTH}')
                 limit -= 1
@@ -950,7 +786,7 @@ _MEMBER_CHECKS = {Kind.INT: _member_int, Kind.PTR: _member_ptr, Kind.ARRAY: _mem
                   Kind.FLOAT: _member_float}
 
 _RESOLVE = {
-    **{k: lambda c, top: c.resolve_reference(top, False, False) for k in MODIFIER_KINDS},
+    **{k: lambda c, top: c.resolve_reference(top, False, False) for k in _MODIFIERS},
     Kind.PTR: lambda c, top: c.resolve_reference(top, True, False),
     Kind.VAR: lambda c, top: c.resolve_reference(top, True, True),
     Kind.STRUCT: _Checker.resolve_struct,
@@ -987,6 +823,10 @@ def _anonymous(t: BtfType) -> str | None:
 
 def _meta_unknown(c: _Checker, t: BtfType) -> str | None:
     return f'kind {t.kind.name} cannot be a type'
+
+
+def _meta_not_linux(c: _Checker, t: BtfType) -> str | None:
+    return f'kind {t.kind.name} ({int(t.kind)}) is not one Linux knows'
 
 
 def _meta_int(c: _Checker, t: BtfType) -> str | None:
@@ -1169,13 +1009,13 @@ def _unencodable(t: BtfType) -> str | None:
 
 
 def _members_encodable(t: BtfType) -> str | None:
-    offset_limit = 0xffffff if t.kflag else _U32
+    offset_limit = 0xffffff if t.bitfields else _U32
     for m in t.items:
         if not 0 <= m.type <= _U32 or not 0 <= m.bit_offset <= offset_limit:
             return f"member '{m.name}' type or offset does not fit its field"
-        if not 0 <= m.bitfield_size <= (0xff if t.kflag else 0):
+        if not 0 <= m.bitfield_size <= (0xff if t.bitfields else 0):
             return (f"member '{m.name}' bitfield size {m.bitfield_size} "
-                    + ('does not fit 8 bits' if t.kflag else 'needs kind_flag 1'))
+                    + ('does not fit 8 bits' if t.bitfields else 'needs kind_flag 1'))
     return None
 
 

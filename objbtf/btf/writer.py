@@ -1,17 +1,21 @@
-"""Serialize a ``Btf`` to the raw BTF format the kernel and libbpf read."""
+"""The codec's writer: a ``Btf`` into the raw BTF format the kernel and libbpf read.
+
+Every kind is written as the registry (``kinds.py``) lays it out, with one
+encoder per layout of the words after ``struct btf_type``.
+"""
 from __future__ import annotations
 
-import struct
+import functools
 import sys
 from array import array
 from collections.abc import Callable
 
 from .errors import BtfError
+from .header import BtfHeader
 from .kinds import (
-    BTF_HEADER_LEN, BTF_MAGIC, SIZED_KINDS, Kind, extra_len, ARRAY as _ARRAY,
-    DATASEC as _DATASEC, DECL_TAG as _DECL_TAG, ENUM as _ENUM, ENUM64 as _ENUM64,
-    FUNC as _FUNC, FUNC_PROTO as _FUNC_PROTO, INT as _INT, STRUCT as _STRUCT,
-    UNION as _UNION, VAR as _VAR,
+    BTF_ARRAY, BTF_DECL_TAG, BTF_ENUM, BTF_ENUM64, BTF_MEMBER, BTF_PARAM, BTF_VAR,
+    BTF_VAR_SECINFO, INT_DATA, KINDS, LINKAGE, SIZE, TYPE_HEAD_LEN, ZERO, KindInfo,
+    KindRegistry,
 )
 from .strings import StringTable
 from .types import Btf, BtfType
@@ -20,18 +24,19 @@ from .types import Btf, BtfType
 Extra = Callable[[list, BtfType, StringTable], None]
 
 
-def encode_btf(btf: Btf, offsets: list[int] | None = None) -> bytes:
+def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None = None,
+               kinds: KindRegistry = KINDS) -> bytes:
     """The raw BTF blob of ``btf``: header, type section, string section.
 
     Strings are laid out in order of first use, so equal tables give equal
     bytes.  Split BTF refers to its base's strings where the base has them.
     ``offsets``, if given, receives each own type's offset in the type
     section, in id order (the encoder places relocations with them).
+    ``byteorder`` ('little' or 'big') defaults to the table's own.
 
-    A value the format cannot hold raises struct.error (BtfError for a
-    vlen over 0xffff).
+    A value the format cannot hold raises BtfError.
     """
-    e = '<' if btf.byteorder == 'little' else '>'
+    order = byteorder or btf.byteorder
     if btf.base is not None:
         if btf.base.strings is None:
             raise BtfError('split BTF needs a base read from bytes')
@@ -39,32 +44,45 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None) -> bytes:
     else:
         strings = StringTable()
     words: list[int] = []
+    specs = _write_specs(kinds)
     own = btf.types if btf.base is not None else btf.types[1:]
     for i, t in enumerate(own):
         if offsets is not None:
             offsets.append(len(words) << 2)
         k = t.kind
-        vlen = t.linkage if k is _FUNC else len(t.items)
+        try:
+            word, linkage, extra = specs[k]
+        except KeyError:
+            raise BtfError(f'type {btf.start_id + i} has kind {k.name}, '
+                           'which this registry does not know') from None
+        vlen = t.linkage if linkage else len(t.items)
         if vlen > 0xffff:
             raise BtfError(f'type {btf.start_id + i} ({k.name} {t.name!r}) has {vlen} entries, '
                            'more than BTF can hold')
-        # ARRAY keeps its types in struct btf_array; its header word must be 0.
         words += (strings[t.name], (t.kflag & 1) << 31 | (k & 0x1f) << 24 | (vlen & 0xffff),
-                  t.size if k in SIZED_KINDS else 0 if k is _ARRAY else t.type)
-        extra = _EXTRA.get(k)
+                  t.type if word == _TYPE_WORD else t.size if word == _SIZE_WORD else 0)
         if extra is not None:
-            extra(words, t, strings)
+            try:
+                extra(words, t, strings)
+            except _Unfit as err:
+                raise BtfError(f'type {btf.start_id + i} ({k.name} {t.name!r}): {err}') from None
     try:
         section = array(_U32, words)
     except (OverflowError, TypeError) as err:
-        raise struct.error(f'a value does not fit in its 32-bit field: {err}') from None
-    if (e == '>') != (sys.byteorder == 'big'):
+        raise BtfError(f'a value does not fit in its 32-bit field: {err}') from None
+    if (order == 'big') != (sys.byteorder == 'big'):
         section.byteswap()
     types = section.tobytes()
     sdata = strings.data()
-    header = struct.pack(e + 'HBBIIIII', BTF_MAGIC, 1, 0, BTF_HEADER_LEN,
-                         0, len(types), len(types), len(sdata))
-    return header + types + sdata
+    return BtfHeader.for_sections(order, len(types), len(sdata)).pack() + types + sdata
+
+
+class _Unfit(Exception):
+    """A model value its field cannot hold."""
+
+
+# What a kind's size-or-type word is written from.
+_TYPE_WORD, _SIZE_WORD, _ZERO_WORD = 0, 1, 2
 
 
 def _int(words: list[int], t: BtfType, name: StringTable) -> None:
@@ -112,19 +130,36 @@ def _datasec(words: list[int], t: BtfType, name: StringTable) -> None:
 def _decl_tag(words: list[int], t: BtfType, name: StringTable) -> None:
     idx = t.component_idx
     if not -1 << 31 <= idx < 1 << 31:
-        raise struct.error(f'component index {idx} does not fit in 32 bits')
+        raise _Unfit(f'component index {idx} does not fit in 32 bits')
     words.append(idx & 0xffffffff)
 
 
-_EXTRA: dict[Kind, Extra] = {
-    _INT: _int, _ARRAY: _array, _STRUCT: _members, _UNION: _members,
-    _ENUM: _enum, _ENUM64: _enum64, _FUNC_PROTO: _params, _VAR: _var,
-    _DATASEC: _datasec, _DECL_TAG: _decl_tag,
+#: The encoder of each layout of the words after ``struct btf_type``.
+_ENCODERS: dict[tuple[str, ...], Extra] = {
+    INT_DATA: _int, BTF_ARRAY: _array, BTF_VAR: _var, BTF_DECL_TAG: _decl_tag,
+    BTF_MEMBER: _members, BTF_ENUM: _enum, BTF_ENUM64: _enum64, BTF_PARAM: _params,
+    BTF_VAR_SECINFO: _datasec,
 }
 _U32 = next(code for code in 'IL' if array(code).itemsize == 4)
 
 
-def type_offsets(btf: Btf) -> list[int]:
+def encoder(info: KindInfo) -> Extra | None:
+    """The encoder of a kind's words after ``struct btf_type`` (None: none)."""
+    layout = info.fixed or info.entry
+    return _ENCODERS[layout] if layout else None
+
+
+@functools.cache
+def _write_specs(kinds: KindRegistry) -> dict:
+    """Per kind: what its size-or-type word is written from, whether vlen
+    holds its linkage, and its encoder."""
+    return {i.kind: (_SIZE_WORD if i.word == SIZE else _ZERO_WORD if i.word == ZERO
+                     else _TYPE_WORD,
+                     i.vlen == LINKAGE, encoder(i))
+            for i in kinds}
+
+
+def type_offsets(btf: Btf, kinds: KindRegistry = KINDS) -> list[int]:
     """Byte offset of each own type within the type section, in id order.
 
     The encoder uses this to place ``.rel.BTF`` relocations on DATASEC
@@ -134,5 +169,5 @@ def type_offsets(btf: Btf) -> list[int]:
     pos = 0
     for _, t in btf.own():
         offs.append(pos)
-        pos += 12 + extra_len(t.kind, t.vlen)
+        pos += TYPE_HEAD_LEN + kinds[t.kind].extra_len(t.vlen)
     return offs

@@ -49,6 +49,7 @@ AT_type = 0x49
 AT_data_bit_offset = 0x6b
 AT_str_offsets_base = 0x72
 AT_addr_base = 0x73
+AT_loclists_base = 0x8c
 AT_language = 0x13
 
 # Base type encodings.
@@ -65,3 +66,8 @@ OP_addr = 0x03
 OP_plus_uconst = 0x23
 OP_addrx = 0xa1
 OP_GNU_addr_index = 0xfb
+OP_reg0 = 0x50
+OP_reg31 = 0x6f
+OP_stack_value = 0x9f
+OP_entry_value = 0xa3
+OP_GNU_entry_value = 0xf3

@@ -11,11 +11,11 @@ from collections import namedtuple
 
 from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param
+from ..errors import ObjbtfError
 from ..features import Features
+from ..rules import base_type, declared_enum, enum_type
 from . import constants as C
 from .reader import TYPE_TAGS, CompileUnit, Die, Expr, read_uleb
-
-FAKE_INT = '__SANITIZED_FAKE_INT__'
 
 _REF_KIND = {
     C.TAG_pointer_type: Kind.PTR, C.TAG_const_type: Kind.CONST,
@@ -26,7 +26,7 @@ _REF_KIND = {
 _TRANSPARENT = frozenset({C.TAG_atomic_type, C.TAG_unspecified_type})
 
 
-class LoadError(Exception):
+class LoadError(ObjbtfError):
     """DWARF that is well-formed but cannot be expressed as BTF."""
 
 
@@ -167,29 +167,26 @@ class CuLoader:
 
     def _base_type(self, die: Die) -> BtfType:
         a = die.attrs
-        name = a.get(C.AT_name, '')
-        size = a.get(C.AT_byte_size, 0)
         enc = a.get(C.AT_encoding, 0)
-        if enc == C.ATE_float and self.f.float:
-            return BtfType(Kind.FLOAT, name, size=size)
-        if size == 0 or size & (size - 1) or size > 16:
-            return BtfType(Kind.INT, FAKE_INT, size=4, bits=32)
         if enc in (C.ATE_signed, C.ATE_signed_char):
             encoding = INT_SIGNED
         elif enc == C.ATE_boolean:
             encoding = INT_BOOL
         else:
             encoding = 0
-        return BtfType(Kind.INT, name, size=size, encoding=encoding, bits=size * 8)
+        return base_type(a.get(C.AT_name, ''), a.get(C.AT_byte_size, 0), encoding,
+                         enc == C.ATE_float, self.f)
 
     def _struct(self, die: Die) -> BtfType:
         a = die.attrs
         union = die.tag == C.TAG_union_type
         name = a.get(C.AT_name, '')
         if a.get(C.AT_declaration):
-            return BtfType(Kind.FWD, name, kflag=int(union))
+            fwd = BtfType(Kind.FWD, name)
+            fwd.fwd_union = union
+            return fwd
         members = []
-        kflag = 0
+        bitfields = False
         for m in die.children:
             if m.tag != C.TAG_member:
                 continue
@@ -198,11 +195,13 @@ class CuLoader:
                 continue            # a static member
             bits = m.attrs.get(C.AT_bit_size, 0)
             if bits or bit_off % 8:
-                kflag = 1
+                bitfields = True
             members.append(Member(m.attrs.get(C.AT_name, ''), self.ref(m.attrs.get(C.AT_type)),
                                   bit_off, bits))
-        return BtfType(Kind.UNION if union else Kind.STRUCT, name,
-                       size=a.get(C.AT_byte_size, 0), kflag=kflag, items=tuple(members))
+        t = BtfType(Kind.UNION if union else Kind.STRUCT, name, size=a.get(C.AT_byte_size, 0),
+                    items=tuple(members))
+        t.bitfields = bitfields
+        return t
 
     def _member_bit_offset(self, m: Die, in_union: bool) -> int | None:
         a = m.attrs
@@ -229,19 +228,11 @@ class CuLoader:
         a = die.attrs
         name = a.get(C.AT_name, '')
         if a.get(C.AT_declaration) and not die.children:
-            return BtfType(Kind.ENUM, name, size=4)
-        size = a.get(C.AT_byte_size, 4)
+            return declared_enum(name)
         values = [Enumerator(e.attrs.get(C.AT_name, ''), e.attrs.get(C.AT_const_value, 0))
                   for e in die.children if e.tag == C.TAG_enumerator]
-        if size <= 4 or not self.f.enum64:
-            kflag = int(any(v.value < 0 for v in values))
-            vals = tuple(Enumerator(v.name, _s32(v.value) if kflag else v.value & 0xffffffff)
-                         for v in values)
-            return BtfType(Kind.ENUM, name, size=size, kflag=kflag, items=vals)
-        signed = self._underlying_signed(a.get(C.AT_type))
-        vals = tuple(Enumerator(v.name, _s64(v.value) if signed else v.value & (2**64 - 1))
-                     for v in values)
-        return BtfType(Kind.ENUM64, name, size=size, kflag=int(signed), items=vals)
+        return enum_type(name, a.get(C.AT_byte_size, 4), values,
+                         self._underlying_signed(a.get(C.AT_type)), self.f)
 
     def _underlying_signed(self, off: int | None) -> bool:
         die = self.dies.get(off) if off else None
@@ -338,12 +329,3 @@ def _plus_uconst(expr: bytes) -> int:
 def _text(v) -> str:
     return v if isinstance(v, str) else ''
 
-
-def _s32(v: int) -> int:
-    v &= 0xffffffff
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-def _s64(v: int) -> int:
-    v &= 2**64 - 1
-    return v - (1 << 64) if v >= 1 << 63 else v

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import ObjbtfError
 from . import constants as C
 
 
-class DwarfError(Exception):
+class DwarfError(ObjbtfError):
     """.debug_info or .debug_abbrev that cannot be decoded."""
 
 
@@ -42,7 +43,7 @@ WANTED = frozenset({
     C.AT_const_value, C.AT_upper_bound, C.AT_count, C.AT_data_member_location,
     C.AT_declaration, C.AT_external, C.AT_specification, C.AT_abstract_origin,
     C.AT_encoding, C.AT_data_bit_offset, C.AT_location, C.AT_str_offsets_base,
-    C.AT_addr_base, C.AT_language,
+    C.AT_addr_base, C.AT_language, C.AT_loclists_base,
 })
 
 TYPE_TAGS = frozenset({
@@ -110,16 +111,19 @@ class CompileUnit:
 
 class DebugSections:
     """The section contents the decoder reads, relocations already applied."""
-    __slots__ = ('info', 'abbrev', 'str', 'line_str', 'str_offsets', 'addr', 'byteorder')
+    __slots__ = ('info', 'abbrev', 'str', 'line_str', 'str_offsets', 'addr', 'loclists',
+                 'byteorder')
 
     def __init__(self, info: bytes, abbrev: bytes, str: bytes = b'', line_str: bytes = b'',
-                 str_offsets: bytes = b'', addr: bytes = b'', byteorder: str = 'little'):
+                 str_offsets: bytes = b'', addr: bytes = b'', byteorder: str = 'little',
+                 loclists: bytes = b''):
         self.info = info
         self.abbrev = abbrev
         self.str = str
         self.line_str = line_str
         self.str_offsets = str_offsets
         self.addr = addr
+        self.loclists = loclists      # .debug_loclists: read only for DW_FORM_loclistx
         self.byteorder = byteorder
 
 
@@ -281,6 +285,7 @@ class _UnitDecoder:
         self.e = '<' if secs.byteorder == 'little' else '>'
         self.str_offsets_base = 8 if off_size == 4 else 16
         self.addr_base = 8
+        self.loclists_base = 12 if off_size == 4 else 20     # after the first list header
         self._strings: dict[int, str] = {}
 
     def values(self, buf: bytes, pos: int, plan) -> tuple[list, int]:
@@ -360,6 +365,8 @@ class _UnitDecoder:
                 fn = (lambda v, form=form: self.string(form, v))
             elif form in (_F_STRX3, _F_ADDRX3):
                 fn = (lambda v: int.from_bytes(v, self.s.byteorder))
+            elif form == _F_LOCLISTX:
+                fn = self.loclistx
             else:
                 fn = None
             out.append((attr, i, fn))
@@ -387,6 +394,15 @@ class _UnitDecoder:
             raise DwarfError(f'string index {v} outside .debug_str_offsets')
         (off,) = struct.unpack_from(off_fmt, self.s.str_offsets, where)
         return _cstr(self.s.str, off, '.debug_str')
+
+    def loclistx(self, index: int) -> int:
+        """The .debug_loclists offset of this unit's location list ``index``,
+        as DW_FORM_sec_offset gives it (clang uses the index form)."""
+        where = self.loclists_base + index * self.off_size
+        if where + self.off_size > len(self.s.loclists):
+            raise DwarfError(f'location list index {index} outside .debug_loclists')
+        off_fmt = self.e + ('I' if self.off_size == 4 else 'Q')
+        return self.loclists_base + struct.unpack_from(off_fmt, self.s.loclists, where)[0]
 
     def addrx(self, index: int) -> int:
         """Offset in .debug_addr of address entry ``index`` of this unit."""
@@ -532,7 +548,8 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
 
 
 def _unit_bases(dec: _UnitDecoder, ab: _Abbrev, vals: list) -> None:
-    """Take DW_AT_str_offsets_base / DW_AT_addr_base from the unit DIE.
+    """Take DW_AT_str_offsets_base, DW_AT_addr_base, DW_AT_loclists_base
+    from the unit DIE.
 
     They must be known before the unit DIE's own strx attributes are read.
     """
@@ -541,3 +558,5 @@ def _unit_bases(dec: _UnitDecoder, ab: _Abbrev, vals: list) -> None:
             dec.str_offsets_base = vals[i]
         elif attr == C.AT_addr_base:
             dec.addr_base = vals[i]
+        elif attr == C.AT_loclists_base:
+            dec.loclists_base = vals[i]

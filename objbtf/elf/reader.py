@@ -12,10 +12,11 @@ import zlib
 from collections import namedtuple
 from collections.abc import Callable
 
-from .consts import (ELFCLASS32, ELFCLASS64, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD,
+from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD,
                      ELFDATA2LSB, ELFDATA2MSB, SHF_COMPRESSED, SHN_XINDEX,
                      SHT_DYNSYM, SHT_NOBITS, SHT_NULL, SHT_REL, SHT_RELA,
                      SHT_SYMTAB, SHT_SYMTAB_SHNDX)
+from ..files import file_identity, open_regular
 from .errors import ElfError
 
 
@@ -101,6 +102,8 @@ class ElfFile:
         self._relocs_for: dict[int, Section] | None = None
         self._symbols: list[Symbol] | None = None
         self._inflated: dict[int, bytes] = {}
+        #: (device, inode, size, mtime) of the file it was read from, if any
+        self.identity: tuple[int, int, int, int] | None = None
 
     @classmethod
     def open(cls, path: str) -> ElfFile:
@@ -110,16 +113,20 @@ class ElfFile:
         of its section headers. The file must not be truncated while mapped
         (rewrite_object replaces it by rename, which is safe).
         """
-        with open(path, 'rb') as f:
-            if os.fstat(f.fileno()).st_size == 0:
+        fd, st = open_regular(path)
+        try:
+            if st.st_size == 0:
                 raise ElfError('empty file')
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
         try:
             elf = cls(mm, path)
         except BaseException:
             mm.close()
             raise
         elf._mmap = mm
+        elf.identity = file_identity(st)
         return elf
 
     def close(self) -> None:
@@ -154,8 +161,14 @@ class ElfFile:
         if len(data) < layout.ehdr.size:
             raise ElfError(f'truncated: {len(data)} bytes, the ELF header needs '
                            f'{layout.ehdr.size}')
-        (_, self.e_type, self.machine, _, _, _, self.e_shoff, _, _, _, self.e_phnum,
-         self._shentsize, self._shnum, self._shstrndx) = layout.ehdr.unpack_from(data)
+        (_, self.e_type, self.machine, version, _, _, self.e_shoff, _, ehsize, _,
+         self.e_phnum, self._shentsize, self._shnum,
+         self._shstrndx) = layout.ehdr.unpack_from(data)
+        # What libelf (and so bpftool and the kernel's resolve_btfids) insists on.
+        if data[6] != EV_CURRENT or version != EV_CURRENT:
+            raise ElfError(f'unknown ELF version {data[6]}/{version} (only {EV_CURRENT} exists)')
+        if ehsize != layout.ehdr.size:
+            raise ElfError(f'ELF header size {ehsize}, expected {layout.ehdr.size}')
 
     def _header_rows(self) -> list[tuple[int, ...]]:
         """Raw section header tuples, with extended numbering resolved."""
@@ -218,6 +231,12 @@ class ElfFile:
                 by_name.setdefault(sec.name, sec)
             self._by_name = by_name
         return self._by_name.get(name)
+
+    def debug_section(self, name: str) -> Section | None:
+        """The DWARF section ``name`` (``.debug_info``...), or its legacy
+        ``-gz=zlib-gnu`` form ``.zdebug_info``, which ``section_data``
+        inflates."""
+        return self.section_by_name(name) or self.section_by_name('.z' + name[1:])
 
     def section_data(self, sec: Section) -> bytes:
         """The contents of ``sec``, decompressed if it is compressed; b'' for NOBITS."""

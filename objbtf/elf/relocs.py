@@ -25,13 +25,22 @@ class RelocType(namedtuple('RelocType', 'name width kind')):
     __slots__ = ()
 
 
-class Arch(namedtuple('Arch', 'name rela abs32 abs32_signed types')):
+class Arch(namedtuple('Arch', 'name rela abs32 abs32_signed abs64 wide types')):
     """Relocation facts of one machine.
 
     ``abs32`` is the type that makes a 32-bit field hold a symbol's address;
     ``abs32_signed`` says whether that address is read back by sign extension
     (x86_64 kernel addresses are 0xffffffff8xxxxxxx, so R_X86_64_32S, which the
-    linker checks as a signed value; R_X86_64_32 would overflow).
+    linker checks as a signed value; R_X86_64_32 would overflow).  ``abs64``
+    (None on 32-bit machines) fills a 64-bit field.
+
+    ``wide``: the kernel's addresses need 64 bits.  A DATASEC entry's offset
+    field (32 bits) then gets no relocation, and the object's address table
+    (``addrtable.py``) holds each variable's address instead.  x86_64 is not
+    wide: its kernel is built with -mcmodel=kernel, which promises that every
+    kernel symbol fits R_X86_64_32S; no other 64-bit machine promises that
+    (arm64 kernels live at 0xffff8000xxxxxxxx, which overflows
+    R_AARCH64_ABS32).
     """
     __slots__ = ()
 
@@ -49,7 +58,8 @@ def _types(*entries: tuple[int, str, int, str]) -> dict[int, RelocType]:
 
 
 ARCHES: dict[int, Arch] = {
-    EM_X86_64: Arch('x86_64', rela=True, abs32=11, abs32_signed=True, types=_types(
+    EM_X86_64: Arch('x86_64', rela=True, abs32=11, abs32_signed=True, abs64=1, wide=False,
+                     types=_types(
         (0, 'R_X86_64_NONE', 0, 'none'),
         (1, 'R_X86_64_64', 8, 'abs'),
         (2, 'R_X86_64_PC32', 4, 'pcrel'),
@@ -59,15 +69,17 @@ ARCHES: dict[int, Arch] = {
         (21, 'R_X86_64_DTPOFF32', 4, 'abs'),
         (24, 'R_X86_64_PC64', 8, 'pcrel'),
     )),
-    EM_386: Arch('i386', rela=False, abs32=1, abs32_signed=False, types=_types(
+    EM_386: Arch('i386', rela=False, abs32=1, abs32_signed=False, abs64=None, wide=False,
+                  types=_types(
         (0, 'R_386_NONE', 0, 'none'),
         (1, 'R_386_32', 4, 'abs'),
         (2, 'R_386_PC32', 4, 'pcrel'),
         (32, 'R_386_TLS_LDO_32', 4, 'abs'),
     )),
     # R_AARCH64_ABS32 takes values in [-2**31, 2**32): no 32-bit field can hold
-    # an arm64 kernel address (0xffff8000xxxxxxxx); see abs32_signed.
-    EM_AARCH64: Arch('aarch64', rela=True, abs32=258, abs32_signed=False, types=_types(
+    # an arm64 kernel address (0xffff8000xxxxxxxx), hence wide.
+    EM_AARCH64: Arch('aarch64', rela=True, abs32=258, abs32_signed=False, abs64=257,
+                     wide=True, types=_types(
         (0, 'R_AARCH64_NONE', 0, 'none'),
         (256, 'R_AARCH64_NONE', 0, 'none'),
         (257, 'R_AARCH64_ABS64', 8, 'abs'),
@@ -77,7 +89,8 @@ ARCHES: dict[int, Arch] = {
         (261, 'R_AARCH64_PREL32', 4, 'pcrel'),
     )),
     # s390x: big-endian, RELA.
-    EM_S390: Arch('s390x', rela=True, abs32=4, abs32_signed=False, types=_types(
+    EM_S390: Arch('s390x', rela=True, abs32=4, abs32_signed=False, abs64=22, wide=True,
+                  types=_types(
         (0, 'R_390_NONE', 0, 'none'),
         (4, 'R_390_32', 4, 'abs'),
         (5, 'R_390_PC32', 4, 'pcrel'),

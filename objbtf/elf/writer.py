@@ -5,13 +5,17 @@ offset (the file is copied up to the end of the last such section); rewritten
 and new sections follow in a fixed order (the section name table first, then
 by index), then the section header table. So rewriting an object again with
 the same sections gives the same bytes, and repeated rewrites do not grow the
-file; the old bytes of a rewritten section stay behind as an unreferenced hole.
+file; the old bytes of a rewritten section name table stay behind as an
+unreferenced hole.  When another rewritten section lay among the kept ones
+(the compiler's own .BTF, which objbtf replaces), the kept sections are laid
+out again one after the other instead, so that none of the old bytes stay.
 
 Section indices never change except by appending, so symbols and relocations
 that name sections stay valid.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import struct
@@ -20,7 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .consts import (ET_REL, SHF_INFO_LINK, SHN_LORESERVE, SHN_XINDEX, SHT_NOBITS,
                      SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, SHT_STRTAB, STT_SECTION)
-from .errors import ElfError
+from ..files import file_identity
+from .errors import ElfError, FileChanged
 from .reader import ElfFile, Layout, Section
 from .relocs import Arch, arch_for
 
@@ -158,8 +163,9 @@ def _check_rewritable(path: str, elf: ElfFile) -> None:
         raise ElfError('a relocatable object with program headers is not supported')
     if not elf.sections:
         raise ElfError('the object has no section headers')
-    if os.stat(path).st_size != len(elf.data):
-        raise ElfError('the file changed since it was read')
+    st = os.stat(path)
+    if st.st_size != len(elf.data) or elf.identity not in (None, file_identity(st)):
+        raise FileChanged('the file changed since it was read')
 
 
 def _check_new(elf: ElfFile, new: NewSection) -> None:
@@ -322,10 +328,30 @@ def _emit(path: str, elf: ElfFile, headers: list[_Header], payload: dict[int, by
     """Lay out and write the new file (see the module docstring)."""
     layout = elf.layout
     ehdr_size = layout.ehdr.size
-    fixed_end = max([ehdr_size] + [h.offset + h.size for i, h in enumerate(headers)
-                                   if i not in payload and h.type not in (SHT_NULL, SHT_NOBITS)])
+    kept = [h for i, h in enumerate(headers)
+            if i not in payload and h.type not in (SHT_NULL, SHT_NOBITS)]
+    fixed_end = max([ehdr_size] + [h.offset + h.size for h in kept])
+    packed = any(i != elf.shstrndx and i < len(elf.sections) and elf.sections[i].size
+                 and elf.sections[i].type != SHT_NOBITS and elf.sections[i].offset < fixed_end
+                 for i in payload)
+    with memoryview(elf.data) as view:
+        if packed:
+            head, pos = _packed(view, kept, ehdr_size)
+        else:
+            head, pos = [view[ehdr_size:fixed_end]], fixed_end
+        try:
+            _write(path, elf, headers, payload, head, pos)
+        finally:
+            for chunk in head:
+                chunk.release()
+
+
+def _write(path: str, elf: ElfFile, headers: list[_Header], payload: dict[int, bytes],
+           head: list[memoryview], pos: int) -> None:
+    """Write the header, ``head`` (the kept sections' bytes, up to ``pos``),
+    the new sections and the section header table."""
+    layout = elf.layout
     tail: list[bytes] = []
-    pos = fixed_end
     shstrndx = elf.shstrndx
     order = sorted(payload, key=lambda i: (i != shstrndx, i))
     for idx in order:
@@ -345,44 +371,129 @@ def _emit(path: str, elf: ElfFile, headers: list[_Header], payload: dict[int, by
     fields[12] = count if count < SHN_LORESERVE else 0
     fields[13] = shstrndx if shstrndx < SHN_LORESERVE else SHN_XINDEX
     table = b''.join(h.pack(layout) for h in headers)
-    with memoryview(elf.data) as view:
-        write_atomically(path, [layout.ehdr.pack(*fields), view[ehdr_size:fixed_end],
-                                 *tail, b'\0' * pad, table])
+    write_atomically(path, [layout.ehdr.pack(*fields), *head, *tail, b'\0' * pad, table])
 
 
-def _temporary_beside(path: str) -> tuple[int, str]:
-    """A new file next to ``path``, opened exclusively.
+def _packed(view: memoryview, kept: list[_Header], start: int) -> tuple[list[memoryview], int]:
+    """The kept sections' bytes laid out from ``start`` in their order in the
+    file, each at its alignment (their headers get the new offsets), and
+    where the next byte goes."""
+    chunks: list[memoryview] = []
+    pos = start
+    for hdr in sorted(kept, key=lambda h: h.offset):
+        pad = -pos % max(hdr.addralign, 1)
+        chunks += [memoryview(b'\0' * pad), view[hdr.offset:hdr.offset + hdr.size]]
+        hdr.offset = pos + pad
+        pos += pad + hdr.size
+    return chunks, pos
+
+
+TEMP_PREFIX, TEMP_SUFFIX = '.objbtf-', '.tmp'
+
+
+def _temp_name(directory: str, base: str, attempt: int) -> str:
+    """``.objbtf-BASE.PID.N.tmp``: the pid tells a later run whether its
+    writer is gone (see ``remove_stale_temporaries``)."""
+    return os.path.join(directory, f'{TEMP_PREFIX}{base}.{os.getpid()}.{attempt}{TEMP_SUFFIX}')
+
+
+def remove_stale_temporaries(directory: str) -> None:
+    """Remove the temporary files that killed objbtf processes left in
+    ``directory``: those whose writer's pid no longer runs.
+
+    Writing goes to an unnamed O_TMPFILE file, which a killed process
+    cannot leave behind; it gets a name only for the instant before the
+    rename (and on file systems without O_TMPFILE, for the whole write).
+    """
+    try:
+        entries = [e.name for e in os.scandir(directory or '.')
+                   if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)]
+    except OSError:
+        return
+    for name in entries:
+        parts = name[:-len(TEMP_SUFFIX)].rsplit('.', 2)
+        if len(parts) != 3 or not parts[1].isdigit() or _alive(int(parts[1])):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:           # EPERM: it runs, as another user
+        return True
+    return True
+
+
+def _open_temporary(directory: str, base: str) -> tuple[int, str | None]:
+    """(fd, name): an unnamed file in ``directory`` (name None) where the
+    file system has O_TMPFILE, else a new file opened exclusively.
 
     Not the tempfile module: importing it (and random with it) costs 10 ms on
     a path that runs once per object of a kernel build.
     """
-    directory, base = os.path.split(path)
+    try:
+        return os.open(directory or '.', os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600), None
+    except OSError as err:
+        if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
     for attempt in range(100):
-        tmp = os.path.join(directory, f'.objbtf-{base}.{os.getpid()}.{attempt}.tmp')
+        tmp = _temp_name(directory, base, attempt)
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
         except FileExistsError:
             continue
-    raise FileExistsError(f'no free temporary name next to {path}')
+    raise FileExistsError(f'no free temporary name next to {base}')
+
+
+def _name_temporary(fd: int, directory: str, base: str) -> str:
+    """Give the unnamed file ``fd`` a temporary name, for the rename."""
+    # linkat(AT_SYMLINK_FOLLOW) on /proc/self/fd/N, as open(2) documents;
+    # os.link calls plain link(2) unless a directory fd is given.
+    fds = os.open('/proc/self/fd', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for attempt in range(100):
+            tmp = _temp_name(directory, base, attempt)
+            try:
+                os.link(str(fd), tmp, src_dir_fd=fds, follow_symlinks=True)
+                return tmp
+            except FileExistsError:
+                continue
+    finally:
+        os.close(fds)
+    raise FileExistsError(f'no free temporary name next to {base}')
 
 
 def write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
     """Write a temporary file next to ``path`` with its mode (a new file gets
-    the usual 0666 less the umask), then rename it over."""
+    the usual 0666 less the umask), then rename it over.  A process killed
+    at any point leaves either the old file or the new one, and nothing
+    that the next write in the directory does not remove."""
     path = os.path.realpath(path)
     mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~_umask()
-    fd, tmp = _temporary_beside(path)
+    directory, base = os.path.split(path)
+    remove_stale_temporaries(directory)
+    fd, tmp = _open_temporary(directory, base)
     try:
         with os.fdopen(fd, 'wb') as f:
             for chunk in chunks:
                 f.write(chunk)
+            f.flush()
             os.fchmod(f.fileno(), mode)
+            if tmp is None:
+                tmp = _name_temporary(f.fileno(), directory, base)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         raise
 
 

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""What the resident server saves: per-object encode and module-link CPU,
+with and without it, on the reference kernel's objects, in turns.
+
+Three ways of running objbtf, taking turns round after round (A B C A B C):
+  - in process: the installed console script with OBJBTF_RESIDENT=0, as
+    before the server (one interpreter start and all the imports per call);
+  - server: the installed console script, through the tree's server;
+  - bare client: ``objbtf server command`` (python -S on the bare client),
+    through the server.
+Each round encodes copies of every Nth kernel object (one process per object,
+as Kbuild runs them, from the top of a scratch tree) and then links the
+reference modules (`objbtf link --objects M.mod --base vmlinux`, as
+Makefile.modfinal, with -o so the module stays as it was).  The CPU counted
+is the clients' (children of this script) plus the server's: a fresh server
+per phase, stopped at the phase's end, its CPU (with its children's) read
+from OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
+paid once per tree and build) is measured on its own and shown apart.
+Appends the figures to bench/RESULTS.md with the command.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / 'tests'))
+from kernel_tree import objects  # noqa: E402
+from encode_bench import compile_command, installed_objbtf  # noqa: E402
+
+KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
+MODULES = ('drivers/net/veth', 'drivers/net/tun', 'drivers/net/dummy')
+LOG_LINE = re.compile(r'objbtf-server pid=\d+ requests=(\d+) user=([\d.]+) sys=([\d.]+)')
+
+
+def child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def scratch_tree(build: Path, dest: Path, objs: list[str]) -> None:
+    """The objects and the modules' inputs under ``dest``, at their paths;
+    the modules' objects encoded and relinked with their saved `ld -r`."""
+    for rel in [*objs, 'scripts/module.lds',
+                *(f'{m}{ext}' for m in MODULES for ext in ('.mod', '.mod.o'))]:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(build / rel, dest / rel)
+    for m in MODULES:
+        members = (build / f'{m}.mod').read_text().split()
+        for rel in [*members, f'{m}.mod.o']:
+            shutil.copyfile(build / rel, dest / rel)
+            subprocess.run([sys.executable, '-m', 'objbtf', 'encode', '-q', rel], cwd=dest,
+                           check=True, env={**os.environ, 'OBJBTF_RESIDENT': '0'})
+        ko_cmd = (build / Path(m).parent / f'.{Path(m).name}.ko.cmd').read_text()
+        ld = re.search(r'^(?:saved)?cmd_\S+ := (.*?);', ko_cmd, re.M).group(1)
+        subprocess.run(shlex.split(ld), cwd=dest, check=True)
+
+
+def run_phase(cmd: list[str], stop: list[str], env: dict, tree: Path,
+              jobs: list[list[str]]) -> tuple[float, float]:
+    """(clients' CPU, server's CPU) of running ``jobs`` one after the other,
+    then ``stop`` (objbtf server stop)."""
+    log = tree / 'server.log'
+    log.unlink(missing_ok=True)
+    env = {**env, 'OBJBTF_SERVER_LOG': str(log)}
+    before = child_cpu()
+    for args in jobs:
+        subprocess.run(cmd + args, cwd=tree, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    clients = child_cpu() - before
+    subprocess.run(stop, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    if not log.exists():
+        return clients, 0.0
+    m = LOG_LINE.search(log.read_text())
+    return clients, float(m[2]) + float(m[3])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--every', type=int, default=10, help='every Nth kernel object (default 10)')
+    ap.add_argument('--rounds', type=int, default=2, help='rounds of turns (default 2)')
+    ap.add_argument('--build', type=Path, default=KERNEL, help='kernel O= tree')
+    ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
+    args = ap.parse_args()
+    installed = installed_objbtf()
+    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONDONTWRITEBYTECODE', 'PYTHONPATH')}
+    bare = subprocess.run([installed, 'server', 'command'], env=env, check=True,
+                          capture_output=True, text=True).stdout.split()
+    ways = {'in process': ([installed], {**env, 'OBJBTF_RESIDENT': '0'}),
+            'server': ([installed], {**env, 'OBJBTF_RESIDENT': '1'}),
+            'bare client': (bare, {**env, 'OBJBTF_RESIDENT': '1'})}
+    objs = [str(p.relative_to(args.build)) for p in objects(args.build)[::args.every]
+            if not p.name.endswith('.mod.o')]
+    links = [['link', '-q', '--objects', f'{m}.mod', '--base', str(args.build / 'vmlinux'),
+              '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
+    figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': []} for w in ways}
+    stop = [installed, 'server', 'stop']
+    started = time.time()
+    with tempfile.TemporaryDirectory() as d:
+        pristine = Path(d) / 'pristine'
+        scratch_tree(args.build, pristine, objs)
+        compile_cpu = 0.0
+        for rel in objs:
+            cmd = compile_command(args.build, args.build / rel, Path(d) / 'c.o')
+            if cmd:
+                before = child_cpu()
+                subprocess.run(cmd, cwd=args.build, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                compile_cpu += child_cpu() - before
+        for _ in range(args.rounds):
+            for way, (cmd, way_env) in ways.items():
+                tree = Path(d) / 'tree'
+                shutil.rmtree(tree, ignore_errors=True)
+                shutil.copytree(pristine, tree)
+                c, s = run_phase(cmd, stop, way_env, tree,
+                                 [['encode', '-q', rel] for rel in objs])
+                figures[way]['encode'].append((c + s) / len(objs))
+                _, start = run_phase(cmd, stop, way_env, tree, [['cc', '--', 'true']])
+                c, s = run_phase(cmd, stop, way_env, tree, links)
+                figures[way]['link'].append((c + s - start) / len(links))
+                figures[way].setdefault('start', []).append(start)
+    lines = [f'{len(objs)} objects (every {args.every}th of {args.build}), {len(MODULES)} modules, '
+             f'{args.rounds} rounds in turns, wall {time.time() - started:.0f} s, load average '
+             f'{os.getloadavg()[0]:.1f}; compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
+             'CPU per call (clients + server), median of rounds; encode: the server start '
+             'spread over the objects; module link: without it (the encodes started the server):']
+    base = statistics.median(figures['in process']['encode'])
+    for way, f in figures.items():
+        enc, link = statistics.median(f['encode']), statistics.median(f['link'])
+        start = statistics.median(f['start'])
+        lines.append(f'  {way:12} encode {1000 * enc:6.1f} ms ({enc / base:.2f} x in process, '
+                     f'{enc * len(objs) / compile_cpu:.3f} of the compile)   module link '
+                     f'{1000 * link:6.1f} ms' + (f'   (server start {1000 * start:.0f} ms, once per tree)'
+                                                 if start else ''))
+    report = '\n'.join(lines)
+    print(report)
+    if not args.no_record:
+        cmdline = f'python3 bench/resident_bench.py --every {args.every} --rounds {args.rounds}'
+        with open(HERE / 'RESULTS.md', 'a') as f:
+            f.write(f'\n## resident server, {time.strftime("%Y-%m-%d %H:%M")}\n\n'
+                    f'`{cmdline}`\n\n```\n{report}\n```\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

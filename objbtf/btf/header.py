@@ -1,0 +1,100 @@
+"""``struct btf_header``: the 24 bytes before a blob's sections, in either byte order."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .errors import BtfError
+from .kinds import BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION
+
+_LAYOUT = 'HBBIIIII'     # magic, version, flags, hdr_len, type_off, type_len, str_off, str_len
+_MAGIC_BYTES = {b'\x9f\xeb': 'little', b'\xeb\x9f': 'big'}
+
+
+def order_char(byteorder: str) -> str:
+    """The ``struct`` prefix of 'little' or 'big'."""
+    return '<' if byteorder == 'little' else '>'
+
+
+def byteorder_of(data: bytes) -> str:
+    """'little' or 'big' from the magic, or raise BtfError."""
+    if len(data) < 4:
+        raise BtfError('too short for a BTF header')
+    magic = bytes(data[0:2])
+    order = _MAGIC_BYTES.get(magic)
+    if order is None:
+        raise BtfError(f'bad magic 0x{magic[0]:02x}{magic[1]:02x}, not BTF')
+    return order
+
+
+def magic_order(data: bytes) -> str | None:
+    """'little' or 'big' when ``data`` starts with the magic, else None."""
+    return _MAGIC_BYTES.get(bytes(data[:2]))
+
+
+@dataclass(frozen=True)
+class BtfHeader:
+    """A blob's header; offsets count from the end of the header."""
+    order: str              # 'little' or 'big'
+    hdr_len: int
+    type_off: int
+    type_len: int
+    str_off: int
+    str_len: int
+    magic: int = BTF_MAGIC
+    version: int = BTF_VERSION
+    flags: int = 0
+
+    @classmethod
+    def read(cls, data: bytes) -> BtfHeader:
+        """The header of a blob whose sections lie within ``data``, or raise BtfError."""
+        order = byteorder_of(data)
+        fmt = order_char(order) + _LAYOUT
+        if len(data) < struct.calcsize(fmt):
+            raise BtfError('too short for a BTF header')
+        magic, version, flags, *sections = struct.unpack_from(fmt, data)
+        h = cls(order, *sections, magic, version, flags)
+        if version != BTF_VERSION:
+            raise BtfError(f'unsupported BTF version {version}')
+        if h.hdr_len < BTF_HEADER_LEN or h.hdr_len > len(data):
+            raise BtfError(f'bad header length {h.hdr_len}')
+        end = len(data) - h.hdr_len
+        if h.type_off + h.type_len > end or h.str_off + h.str_len > end:
+            raise BtfError(f'sections run past the end of the data '
+                           f'(types {h.type_off}+{h.type_len}, strings {h.str_off}+{h.str_len}, '
+                           f'{end} bytes after the header)')
+        return h
+
+    @classmethod
+    def read_as_kernel(cls, data: bytes, order: str, hdr_len: int) -> BtfHeader:
+        """The header as the kernel reads it: the first ``min(hdr_len, 24)``
+        bytes copied into a zeroed header, nothing checked."""
+        head = bytes(data[:min(hdr_len, BTF_HEADER_LEN)]).ljust(BTF_HEADER_LEN, b'\0')
+        magic, version, flags, _, type_off, type_len, str_off, str_len = \
+            struct.unpack(order_char(order) + _LAYOUT, head)
+        return cls(order, hdr_len, type_off, type_len, str_off, str_len, magic, version, flags)
+
+    @classmethod
+    def for_sections(cls, order: str, type_len: int, str_len: int) -> BtfHeader:
+        """The header objbtf writes: types, then strings, right after it."""
+        return cls(order, BTF_HEADER_LEN, 0, type_len, type_len, str_len)
+
+    def pack(self) -> bytes:
+        return struct.pack(order_char(self.order) + _LAYOUT, self.magic, self.version,
+                           self.flags, self.hdr_len, self.type_off, self.type_len,
+                           self.str_off, self.str_len)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole blob: header and sections."""
+        return self.hdr_len + max(self.type_off + self.type_len, self.str_off + self.str_len)
+
+    def types(self, data: bytes) -> bytes:
+        """The type section of the blob ``data``."""
+        start = self.hdr_len + self.type_off
+        return data[start:start + self.type_len]
+
+    def strings(self, data: bytes) -> bytes:
+        """The string section of the blob ``data``."""
+        start = self.hdr_len + self.str_off
+        return data[start:start + self.str_len]

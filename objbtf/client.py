@@ -1,0 +1,300 @@
+"""The resident server's client: hand one command to the build tree's server.
+
+``encode`` and ``cc`` run once per object of a kernel build and ``link`` once
+per module; starting Python and importing the encoder and the link costs
+each of them more than most objects' encoding.  A resident server (``server``)
+keeps those imports warm and forks a child per command.  This client sends
+the command line, the environment, the umask, the CPU affinity and the
+niceness, and its stdin, stdout, stderr and working directory as file
+descriptors (SCM_RIGHTS), then waits for the exit status.  It starts the
+server when there is none, and returns None, meaning "run it in this
+process", whenever anything about the server fails.
+
+One server per build tree, user and objbtf version: its socket lives in a
+per-user directory (mode 0700, owned by the user, checked before use), named
+after the working directory and a digest of objbtf's code and the
+interpreter, so a changed objbtf gets a new server and never an old one.
+
+Imports only built-in modules (posix, _socket, marshal, _blake2): ``import
+os`` alone costs 6 ms here.  Started as ``python3 -S .../objbtf/bare.py``
+(what ``objbtf server command`` prints) it also skips site, which costs 10 to
+40 ms with a few .pth files installed.
+"""
+import marshal
+import posix
+import sys
+import _socket
+from _blake2 import blake2b
+
+#: The commands the server runs: the ones ``options.parse_fast`` reads.
+SERVED = ('encode', 'cc', 'link')
+#: Bumped whenever a message changes; part of the code digest anyway.
+PROTOCOL = 1
+#: Largest message (the environment is most of it).
+MAX_MESSAGE = 1 << 20
+#: Longest socket path AF_UNIX takes (sun_path is 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+#: Length of "/objbtf/TREE-CODE.sock" below the runtime directory.
+SOCKET_NAME = 46
+#: Seconds the first client waits for the server it started to listen.
+START_TIMEOUT = 10.0
+
+
+def _root() -> str:
+    """The directory that holds the objbtf and linkdedup packages."""
+    here = __file__ if __file__.startswith('/') else posix.getcwd() + '/' + __file__
+    return here.rsplit('/', 2)[0]
+
+
+ROOT = _root()
+PACKAGES = ('objbtf', 'linkdedup')
+
+
+def enabled() -> bool:
+    """OBJBTF_RESIDENT=0 turns the server off."""
+    return posix.environ.get(b'OBJBTF_RESIDENT', b'1') != b'0'
+
+
+def runtime_dir() -> str | None:
+    """The user's directory for server sockets, created 0700 and checked:
+    a directory (not a link) owned by this user that no one else may enter.
+    $XDG_RUNTIME_DIR/objbtf, else /tmp/objbtf-UID; None if it fails."""
+    uid = posix.geteuid()
+    xdg = posix.environ.get(b'XDG_RUNTIME_DIR', b'').decode(errors='surrogateescape')
+    usable = xdg.startswith('/') and len(xdg) + SOCKET_NAME <= MAX_SOCKET_PATH
+    path = f'{xdg}/objbtf' if usable and _private(xdg, uid) else f'/tmp/objbtf-{uid}'
+    try:
+        posix.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return path if _private(path, uid) else None
+
+
+def _private(path: str, uid: int) -> bool:
+    try:
+        st = posix.lstat(path)
+    except OSError:
+        return False
+    return (st.st_mode & 0o170000) == 0o040000 and st.st_uid == uid and not st.st_mode & 0o077
+
+
+def code_digest(root: str = ROOT) -> str:
+    """Who would run the command: the interpreter, and each file of objbtf's
+    packages under ``root`` by path, size, inode, mtime and ctime (any
+    rewrite, reinstall or edit changes the ctime).  Stats, not contents: a
+    client computes it on every call (0.25 to 1.3 ms)."""
+    h = blake2b(digest_size=8)
+    h.update(marshal.dumps((PROTOCOL, sys.executable, sys.version, root)))
+    stack = [f'{root}/{p}' for p in PACKAGES]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = sorted(posix.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            h.update(b'missing ' + directory.encode(errors='surrogateescape'))
+            continue
+        for e in entries:
+            if e.name == '__pycache__':
+                continue
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+                continue
+            st = e.stat()
+            h.update(marshal.dumps((e.path, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)))
+    return h.hexdigest()
+
+
+def tree_digest(cwd: str) -> str:
+    """The tree, and the groups this user works with in it (the server runs
+    commands with the groups of the client that started it)."""
+    key = (cwd, posix.getegid(), sorted(posix.getgroups()))
+    return blake2b(marshal.dumps(key), digest_size=8).hexdigest()
+
+
+def socket_path(runtime: str, cwd: str, code: str) -> str:
+    """TREE-CODE.sock: every server of a tree shares the TREE prefix."""
+    return f'{runtime}/{tree_digest(cwd)}-{code}.sock'
+
+
+def serve(argv: list[str]) -> int | None:
+    """Run ``argv`` (a SERVED command) through the server; its exit status, or
+    None when it must run in this process."""
+    try:
+        runtime = runtime_dir()
+        if runtime is None:
+            return None
+        code = code_digest()
+        path = socket_path(runtime, posix.getcwd(), code)
+        if len(path.encode(errors='surrogateescape')) > MAX_SOCKET_PATH:
+            return None
+        for attempt in range(2):
+            status = _request(path, argv)
+            if status is not _NOT_SERVED:
+                return status
+            if attempt or not _start(runtime, path, code):
+                return None
+    except OSError:         # before the server took the command (see _request)
+        return None
+    return None
+
+
+_NOT_SERVED = object()
+
+
+def _connect(path: str):
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _request(path: str, argv: list[str]):
+    """The command's exit status; None to run it here; _NOT_SERVED when no
+    server took it (none there, or one shutting down)."""
+    sock = _connect(path)
+    if sock is None:
+        return _NOT_SERVED
+    try:
+        umask = posix.umask(0o022)
+        posix.umask(umask)
+        message = marshal.dumps((PROTOCOL, 'run', ['objbtf', *argv], dict(posix.environ), umask,
+                                 sorted(posix.sched_getaffinity(0)),
+                                 posix.getpriority(posix.PRIO_PROCESS, 0)))
+        cwd = posix.open('.', posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
+        fds = b''.join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
+        try:
+            sock.sendmsg([b'R' + message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+        except OSError:
+            return _NOT_SERVED
+        finally:
+            posix.close(cwd)
+        # A signal that would kill this process kills it, quietly, like a
+        # C program: the closed socket then stops the server's child.
+        import _signal
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        try:
+            reply = _receive(sock)
+            if reply is None:
+                return _NOT_SERVED           # never started: the server went away
+            if reply[0] == 'fallback':
+                return None
+            done = _receive(sock)
+        finally:
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        if done is None or done[0] != 'exit':
+            print(f'objbtf: {argv[0]}: the resident server\'s process for this command '
+                  'ended without an exit status', file=sys.stderr)
+            return 1
+        return done[1]
+    finally:
+        sock.close()
+
+
+def _receive(sock):
+    """One message, or None at the end of the connection."""
+    try:
+        data = sock.recv(MAX_MESSAGE)
+    except OSError:
+        return None
+    return marshal.loads(data) if data else None
+
+
+def control(kind: str) -> list[dict]:
+    """Ask every server of this tree (any objbtf version) for 'status' or
+    to 'stop'; their answers.  Stopping waits until each has exited."""
+    runtime = runtime_dir()
+    if runtime is None:
+        return []
+    prefix = tree_digest(posix.getcwd()) + '-'
+    answers = []
+    for entry in sorted(posix.scandir(runtime), key=lambda e: e.name):
+        if not (entry.name.startswith(prefix) and entry.name.endswith('.sock')):
+            continue
+        sock = _connect(entry.path)
+        if sock is None:
+            continue
+        try:
+            sock.send((b'S' if kind == 'status' else b'Q') + marshal.dumps((PROTOCOL,)))
+            reply = _receive(sock)
+        except OSError:
+            continue
+        finally:
+            sock.close()
+        if reply is not None:
+            answers.append(reply[1])
+    return answers
+
+
+def _start(runtime: str, path: str, code: str) -> bool:
+    """Start the server for ``path`` unless another client just did; whether
+    one listens now.  Clients take turns through a lock, so a ``make -j``
+    storm starts one server."""
+    import fcntl
+    lock = posix.open(f'{runtime}/start.lock',
+                      posix.O_RDWR | posix.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        probe = _connect(path)
+        if probe is not None:
+            probe.close()
+            return True
+        try:
+            posix.unlink(path)              # a dead server's socket
+        except FileNotFoundError:
+            pass
+        return _spawn(path, code)
+    except OSError:
+        return False
+    finally:
+        posix.close(lock)
+
+
+def _spawn(path: str, code: str) -> bool:
+    """Start the server (``objbtf.server.main``) in a session of its own, stdio on
+    /dev/null, and wait until it listens on ``path``."""
+    import select
+    ready_r, ready_w = posix.pipe()
+    argv = [sys.executable, '-P', '-c',
+            'import sys; sys.path.insert(0, sys.argv[1]); '
+            'from objbtf.server import main; main(sys.argv[2:])',
+            ROOT, path, code, str(ready_w)]
+    pid = posix.fork()
+    if pid == 0:
+        try:
+            posix.setsid()
+            null = posix.open('/dev/null', posix.O_RDWR)
+            for fd in (0, 1, 2):
+                posix.dup2(null, fd)
+            posix.set_inheritable(ready_w, True)
+            posix.closerange(3, ready_w)
+            posix.closerange(ready_w + 1, 1 << 16)
+            posix.execv(sys.executable, argv)
+        finally:
+            posix._exit(127)
+    posix.close(ready_w)
+    try:
+        readable, _, _ = select.select([ready_r], [], [], START_TIMEOUT)
+        return bool(readable) and posix.read(ready_r, 1) == b'1'
+    finally:
+        posix.close(ready_r)
+
+
+def main() -> None:
+    """``python3 -S bare.py ARGS``: through the server, else in this process
+    with site-packages set up as usual."""
+    argv = sys.argv[1:]
+    if argv and argv[0] in SERVED and enabled():
+        status = serve(argv)
+        if status is not None:
+            sys.exit(status)
+    sys.argv[0] = 'objbtf'
+    if sys.flags.no_site:
+        import site
+        site.main()
+    from objbtf.entry import in_process
+    sys.exit(in_process(argv))

@@ -1,0 +1,1 @@
+"""Loading the BTF a compiler wrote into an object (GCC's ``-gbtf``)."""

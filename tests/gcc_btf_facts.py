@@ -1,0 +1,132 @@
+"""What GCC 12's BTF lacks or adds against the DWARF path, derived from the
+DWARF of the same objects, and a check that two final (or per-object) BTF
+tables differ by no more than that.
+
+The differences (README: from the compiler's BTF):
+- enumerators outside the 32-bit signed range are dropped
+  (``btf_shapes.without_wide_enumerators``); libbpf's dedup then merges an
+  enum left without values with a full enum of its name, anonymous ones too;
+- types declared inside a function are missing unless a file-scope type
+  refers to them: at most as many per kind as the DWARF declares in
+  functions, and a named one only if its name is declared in functions only;
+- base types that no DIE refers to (DWARF 5 location expressions' types)
+  are missing;
+- a function the unit declares and defines in top-level assembly gets a
+  FUNC (and FUNC_PROTO): a function symbol without a DWARF definition;
+- the DWARF-less build gives assembly no ``-g``, so the functions of
+  assembly files, to which gas's DWARF gives a FUNC with an empty
+  prototype on the DWARF path, have none; and a C function that also has
+  an assembly definition (``__iowrite32_copy``: a weak C one) keeps its
+  FUNC, which the DWARF path drops for its two prototypes.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from btf_shapes import kind_counts, named_types, without_wide_enumerators
+from libbpf_oracle import libbpf_dedup
+from objbtf.btf import Btf, Kind, parse_btf
+from objbtf.btf.writer import encode_btf
+from objbtf.elf.reader import ElfFile
+
+#: DWARF type tags and the BTF kind each becomes.
+TYPE_KINDS = {0x13: 'STRUCT', 0x17: 'UNION', 0x04: 'ENUM', 0x16: 'TYPEDEF', 0x0f: 'PTR',
+              0x26: 'CONST', 0x35: 'VOLATILE', 0x37: 'RESTRICT', 0x01: 'ARRAY',
+              0x15: 'FUNC_PROTO', 0x24: 'INT'}
+NAMED = ('STRUCT', 'UNION', 'ENUM', 'TYPEDEF')
+FACTS = ('local kinds', 'local names', 'top names', 'unused base', 'used base', 'defined',
+         'asm functions')
+#: DW_AT_language of gas's DWARF for an assembly file.
+LANG_ASSEMBLER = 0x8001
+
+
+def dwarf_facts(path: str) -> dict[str, Counter]:
+    """One object's facts: per BTF kind, the type DIEs declared in a function
+    ('local kinds'); the named aggregates and typedefs declared in a
+    function or at file scope ('local names', 'top names'); base types no
+    DIE refers to by DW_AT_type, or one does ('unused base', 'used base');
+    the functions a C unit defines ('defined') or an assembly one ('asm
+    functions')."""
+    from objbtf.dwarf import constants as C
+    from objbtf.dwarf.reader import read_units
+    from objbtf.encoder import _debug_sections, has_dwarf
+    facts = {k: Counter() for k in FACTS}
+    with ElfFile.open(path) as elf:
+        if not has_dwarf(elf):
+            return facts
+        units = read_units(_debug_sections(elf))
+    for cu in units:
+        functions = ('asm functions' if cu.die.attrs.get(C.AT_language) == LANG_ASSEMBLER
+                     else 'defined')
+        referenced = {d.attrs.get(C.AT_type) for d in cu.dies}
+        for d in cu.dies:
+            name = d.attrs.get(C.AT_name, '')
+            kind = TYPE_KINDS.get(d.tag)
+            if kind is not None and not d.top:
+                facts['local kinds'][kind] += 1
+            if kind in NAMED and name:
+                facts['top names' if d.top else 'local names'][(kind, name)] += 1
+            if d.tag == C.TAG_base_type:
+                facts['used base' if d.offset in referenced else 'unused base'][name] += 1
+            elif d.tag == C.TAG_subprogram and d.top and not d.attrs.get(C.AT_declaration):
+                facts[functions][name] += 1
+    return facts
+
+
+def summed(all_facts) -> dict[str, Counter]:
+    total = {k: Counter() for k in FACTS}
+    for facts in all_facts:
+        for k, v in facts.items():
+            total[k] += v
+    return total
+
+
+def function_symbols(path) -> set[str]:
+    """Names of the defined function symbols of an ELF file."""
+    with ElfFile.open(str(path)) as elf:
+        return {s.name for s in elf.symbols() if s.type == 2 and s.shndx}
+
+
+def expected_from_dwarf(dwarf: Btf) -> Btf:
+    """The DWARF path's BTF without what GCC's BTF cannot hold of enums,
+    deduplicated again by libbpf."""
+    return parse_btf(libbpf_dedup(encode_btf(without_wide_enumerators(dwarf))))
+
+
+def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
+                functions: set[str]) -> list[str]:
+    """How ``ours`` (from GCC's BTF) differs from ``dwarf`` (the DWARF path's,
+    same objects) beyond the derived differences; ``functions``: the defined
+    function symbols of the objects."""
+    expected = expected_from_dwarf(dwarf)
+    problems = []
+    extra_named = named_types(ours) - named_types(expected)
+    if extra_named:
+        problems.append(f'named types only from GCC BTF: {sorted(extra_named)[:10]}')
+    local_only = {n for _, n in facts['local names']} - {n for _, n in facts['top names']}
+    unused_base = set(facts['unused base']) - set(facts['used base'])
+    for kind, name, _, _ in sorted(named_types(expected) - named_types(ours)):
+        if not (kind in NAMED and name in local_only or kind == 'INT' and name in unused_base):
+            problems.append(f'{kind} {name!r} missing, neither declared in functions only '
+                            'nor a base type of location expressions only')
+    funcs = {t.name for _, t in ours.own() if t.kind is Kind.FUNC}
+    theirs = {t.name for _, t in expected.own() if t.kind is Kind.FUNC}
+    extra, missing = funcs - theirs, theirs - funcs
+    defined, in_asm = set(facts['defined']), set(facts['asm functions'])
+    if missing - in_asm:
+        problems.append(f'FUNCs missing, not of assembly: {sorted(missing - in_asm)[:10]}')
+    allowed = (functions - defined - in_asm) | (defined & in_asm)
+    if extra - allowed:
+        problems.append(f'FUNCs for functions the DWARF defines: {sorted(extra - allowed)[:10]}')
+    mine, other = kind_counts(ours), kind_counts(expected)
+    local = facts['local kinds'] + Counter(INT=sum(facts['unused base'].values()))
+    local['ENUM64'] = local['ENUM']
+    change = len(extra) - len(missing)
+    bounds = {'FUNC': (change, change),
+              'FUNC_PROTO': (-local['FUNC_PROTO'] - len(missing), len(extra))}
+    for kind in sorted(set(mine) | set(other)):
+        low, high = bounds.get(kind, (-local[kind], 0))
+        if not low <= mine[kind] - other[kind] <= high:
+            problems.append(f'{kind}: {mine[kind]} from GCC BTF, {other[kind]} from DWARF '
+                            f'(allowed difference {low}..{high})')
+    return problems

@@ -1,0 +1,209 @@
+"""A Linux source tree with objbtf's Kbuild integration applied, configured
+as the reference kernel and built with ``make OBJBTF=...``.
+
+Shared by every test that builds a kernel through the integration: one
+version of the source (``6.1``, ``6.12``: Debian's ``linux-source-VERSION``)
+and extra make arguments (``LLVM=1``, ``ARCH=arm64 CROSS_COMPILE=...``,
+a DWARF-less switch) make one build.  ``patched_build`` makes it; a session
+fixture of conftest.py calls it once per run and hands the result to the
+tests, which may ``make`` in it again with the same arguments.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from conftest import KERNEL_DIR, ROOT, need, objbtf, run
+
+INTEGRATION = ROOT / 'kbuild-integration'
+#: The files each version's patches change, relative to the top of the source.
+_PATCHED = ['scripts/Makefile.build', 'scripts/Makefile.lib', 'scripts/mod/modpost.c',
+            'scripts/Makefile.vmlinux', 'scripts/Makefile.modfinal', 'scripts/link-vmlinux.sh',
+            'include/asm-generic/vmlinux.lds.h']
+PATCHED = {'6.1': _PATCHED + ['lib/Kconfig.debug'], '6.12': _PATCHED}
+
+
+def layout_files(version: str) -> list[str]:
+    """The files that kbuild-integration/linux-VERSION/layout says a tree of
+    that version has (``apply`` looks at them to recognize it)."""
+    marks = (INTEGRATION / f'linux-{version}' / 'layout').read_text().splitlines()
+    names = {m.split(':', 1)[0].split('=', 1)[0] for m in marks
+             if m and not m.startswith(('#', '!'))}
+    return sorted(names)
+
+
+def tarball(version: str) -> Path:
+    return Path(f'/usr/src/linux-source-{version}.tar.xz')
+
+
+def pristine_tree(version: str) -> Path:
+    """Where build-kernel.sh leaves the unpacked source of ``version``
+    (it may not be there: the tarball is the fallback)."""
+    if version == '6.1':
+        return KERNEL_DIR / 'linux'
+    return Path(f'/var/cache/objbtf/kernel-{version}/linux')
+
+
+def kernel_source(dest: Path, version: str = '6.1', files: Sequence[str] | None = None) -> Path:
+    """Pristine Linux ``version`` source (only ``files`` if given) in ``dest``:
+    copied from the shared pristine tree, or extracted from Debian's tarball."""
+    pristine = pristine_tree(version)
+    if files is None:
+        if pristine.is_dir():
+            shutil.copytree(pristine, dest, symlinks=True)
+        else:
+            _extract(version, dest)
+        return dest
+    if not pristine.is_dir():
+        pristine = _quick_files(version)
+    for f in files:
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(pristine / f, dest / f)
+    return dest
+
+
+def _extract(version: str, dest: Path, files: Sequence[str] = ()) -> None:
+    archive = tarball(version)
+    if not archive.exists():
+        pytest.fail(f'{archive} is missing (Debian package linux-source-{version})')
+    dest.mkdir(parents=True)
+    run('tar', '-xf', archive, '-C', dest, '--strip-components=1',
+        *[f'linux-source-{version}/{f}' for f in files])
+
+
+_QUICK: dict[str, Path] = {}
+
+
+def _quick_files(version: str) -> Path:
+    """The files of ``version`` that the tests without a build read (what
+    the patches and the layout name, and Makefile.btf), extracted once per
+    run: a member of the tarball costs a decompression of all of it."""
+    if version not in _QUICK:
+        names = set(PATCHED[version]) | set(layout_files(version))
+        if version != '6.1':
+            names.add('scripts/Makefile.btf')
+        dest = Path(tempfile.mkdtemp(prefix=f'objbtf-linux-{version}-')) / 'linux'
+        _extract(version, dest, sorted(names))
+        _QUICK[version] = dest
+    return _QUICK[version]
+
+
+def apply(tree: Path) -> subprocess.CompletedProcess:
+    """kbuild-integration/apply on ``tree``, not checked."""
+    need('patch')
+    return run(INTEGRATION / 'apply', tree, check=False)
+
+
+def objbtf_command() -> str:
+    """$OBJBTF, else the installed objbtf called directly (no pyenv shim)."""
+    beside = Path(sys.executable).with_name('objbtf')
+    path = os.environ.get('OBJBTF') or (str(beside) if beside.exists() else shutil.which('objbtf'))
+    if path is None:
+        pytest.fail('objbtf is not installed: run scripts/install.sh')
+    return path
+
+
+def make(src: Path, build: Path, *args: str) -> str:
+    """make OBJBTF=... ARGS (targets and variables) in the O= tree; fails on
+    a BTF-related warning.  Returns what make wrote to stderr."""
+    r = subprocess.run(['make', '-C', str(src), f'O={build}', f'-j{os.cpu_count() or 2}',
+                        f'OBJBTF={objbtf_command()}', *args],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    warnings = [line for line in r.stderr.splitlines() if 'warning' in line.lower() and 'BTF' in line]
+    assert warnings == []
+    return r.stderr
+
+
+#: Per version: the temporary vmlinux link.vmlinux.sh makes BTF from (with
+#: OBJBTF its .BTF.objects holds the objects' BTF), and the object holding
+#: the BTF that the final link puts in vmlinux.
+BTF_FILES = {'6.1': ('.tmp_vmlinux.btf', '.btf.vmlinux.bin.o'),
+             '6.12': ('.tmp_vmlinux1', '.tmp_vmlinux1.btf.o')}
+
+
+@dataclass
+class KernelBuild:
+    """A patched source tree and its O= build directory, with the make
+    arguments every ``make`` in it takes (``LLVM=1``, ``ARCH=...``)."""
+    version: str
+    src: Path
+    build: Path
+    make_args: tuple[str, ...] = ()
+    stderr: str = field(default='', repr=False)      # the first build's
+
+    def make(self, *args: str) -> str:
+        """``make`` in this tree with its own arguments, then ``args``."""
+        return make(self.src, self.build, *self.make_args, *args)
+
+    @property
+    def tmp_vmlinux(self) -> Path:
+        return self.build / BTF_FILES[self.version][0]
+
+    @property
+    def btf_object(self) -> Path:
+        return self.build / BTF_FILES[self.version][1]
+
+    def modules(self) -> list[Path]:
+        """The .ko files, in modules.order's order."""
+        order = (self.build / 'modules.order').read_text().split()
+        return [self.build / Path(line).with_suffix('.ko') for line in order]
+
+
+def patched_build(top: Path, version: str, make_args: Sequence[str] = (),
+                  targets: Sequence[str] = ('vmlinux', 'modules'),
+                  fragment: Path | None = None) -> KernelBuild:
+    """A fresh copy of Linux ``version`` in ``top``/linux, the integration
+    applied, configured (``kbuild-integration/configure``, the reference
+    config or ``fragment``) and built with ``make OBJBTF=... TARGETS`` in
+    ``top``/build; ``make_args`` go to every make, configure's too."""
+    for tool in ('make', 'gcc', 'pahole', 'bpftool'):
+        need(tool)
+    src, build = kernel_source(top / 'linux', version), top / 'build'
+    result = apply(src)
+    assert result.returncode == 0, result.stderr
+    run(INTEGRATION / 'configure', src, build, *([fragment] if fragment else []), *make_args)
+    tree = KernelBuild(version, src, build, tuple(make_args))
+    tree.stderr = tree.make(*targets)
+    (top / 'make.stderr').write_text(tree.stderr)
+    return tree
+
+
+# --- reading what the build made ---------------------------------------------
+
+def sections(path: Path) -> dict[str, tuple[bytes, int]]:
+    """Section name -> (contents, flags), failing on a repeated name."""
+    with open(path, 'rb') as f:
+        elf = ELFFile(f)
+        names = [s.name for s in elf.iter_sections()]
+        assert len(names) == len(set(names)), f'{path}: repeated section names'
+        return {s.name: (s.data(), s['sh_flags']) for s in elf.iter_sections()}
+
+
+def blob_length(data: bytes) -> int:
+    """Length of the BTF blob at the start of ``data``, from its header."""
+    magic, _, _, hdr_len = struct.unpack_from('<HBBI', data)
+    assert magic == 0xEB9F
+    _, _, str_off, str_len = struct.unpack_from('<IIII', data, 8)
+    return hdr_len + str_off + str_len
+
+
+def kind_counts(btf) -> Counter:
+    return Counter(t.kind.name for _, t in btf.own())
+
+
+def assert_valid_split_btf(vmlinux: Path, ko: Path) -> None:
+    """The module's split BTF passes objbtf check and bpftool on vmlinux's."""
+    assert objbtf('check', '--base', vmlinux, ko).returncode == 0
+    run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', ko)

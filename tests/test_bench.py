@@ -1,0 +1,196 @@
+"""The benchmarks' own machinery: CPU accounting of daemons, phases, the
+projection and the trust rules (bench/).  Nothing here is timed: the
+accounting tests check that CPU a process really burned is found."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / 'bench'
+sys.path.insert(0, str(BENCH))
+
+from kbuild_bench import Timeline  # noqa: E402
+from projection import Phase, build_wall, phase_wall, split  # noqa: E402
+from trust import OTHERS_LIMIT, doubts, paired_ratio  # noqa: E402
+
+#: A daemon as the resident server is one: started by a command that exits
+#: at once, in a session of its own; it burns BURN s of CPU and then logs
+#: its CPU as objbtf's server does (LOGGED overrides what it logs).
+DAEMON = '''
+import os, resource, sys, time
+if os.fork() == 0:
+    os.setsid()
+    t = time.process_time()
+    while time.process_time() - t < {burn}: pass
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = {logged} if {logged} is not None else r.ru_utime + r.ru_stime
+    with open({log!r}, 'a') as f:
+        f.write(f'objbtf-server pid={{os.getpid()}} requests=7 user={{cpu:.3f}} sys=0.000\\n')
+    os._exit(0)
+'''
+
+#: Runs in a process of its own, which becomes a subreaper (pytest must not).
+PROBE = '''
+import json, subprocess, sys, time
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from accounting import become_subreaper, orphans, settle_servers, tree_cpu
+if {subreaper}:
+    become_subreaper()
+before = tree_cpu()
+subprocess.run([sys.executable, '-c', {daemon!r}], check=True)
+started = orphans()
+for _ in range(0 if {subreaper} else 200):   # init's child: wait for its log line
+    if Path({log!r}).exists() and Path({log!r}).read_text():
+        break
+    time.sleep(0.1)
+servers = settle_servers(None, Path('.'), {{}}, Path({log!r}))
+print(json.dumps({{'orphans': len(started), 'cpu': tree_cpu() - before,
+                  'servers': servers.as_dict()}}))
+'''
+
+
+def probe(tmp_path: Path, burn: float, logged: float | None = None, subreaper: bool = True) -> dict:
+    log = tmp_path / 'server.log'
+    daemon = DAEMON.format(burn=burn, logged=logged, log=str(log))
+    script = PROBE.format(bench=str(BENCH), subreaper=subreaper, daemon=daemon, log=str(log))
+    out = subprocess.run([sys.executable, '-c', script], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def test_subreaper_counts_a_daemons_cpu(tmp_path):
+    got = probe(tmp_path, burn=0.5)
+    assert got['orphans'] == 1
+    assert got['cpu'] >= 0.5
+    assert got['servers']['processes'] == 1 and got['servers']['requests'] == 7
+    assert abs(got['servers']['cpu'] - got['servers']['logged_cpu']) < 0.1
+    assert got['servers']['problems'] == []
+
+
+def test_without_subreaper_the_daemons_cpu_is_missed_and_said(tmp_path):
+    got = probe(tmp_path, burn=0.3, subreaper=False)
+    assert got['orphans'] == 0
+    assert got['cpu'] < 0.3
+    assert any('was not reaped by the bench' in p for p in got['servers']['problems'])
+
+
+def test_a_log_that_disagrees_with_the_reaped_cpu_is_said(tmp_path):
+    got = probe(tmp_path, burn=0.2, logged=5.0)
+    assert any('logged' in p and 'reaped' in p for p in got['servers']['problems'])
+
+
+def test_amdahl_split_gives_back_the_measurement():
+    # W = s + q/2, C = s + q: with W = 10, C = 15, q = 10 and s = 5.
+    assert split(Phase(wall=10, cpu=15, commands=100), jobs=2) == (5, 10)
+    assert phase_wall('compile', Phase(10, 15, 100), jobs=2, cpus=2) == 10
+    assert phase_wall('compile', Phase(10, 15, 100), jobs=2, cpus=8) == 5 + 10 / 8
+    # one command cannot use more than one CPU
+    assert phase_wall('modules', Phase(10, 15, 1), jobs=2, cpus=64) == 15
+    # the link chain is serial: its wall on any machine
+    assert phase_wall('link', Phase(4, 6, 9), jobs=2, cpus=64) == 4
+    # a phase slower than its CPU (waiting) is all serial
+    assert split(Phase(wall=10, cpu=8, commands=5), jobs=2) == (8, 0)
+    assert build_wall({'compile': Phase(10, 15, 100), 'link': Phase(4, 6, 9)}, 2, 8) == 5 + 10 / 8 + 4
+    with pytest.raises(ValueError):
+        split(Phase(1, 1, 1), jobs=1)
+
+
+def test_trust_rules():
+    one = paired_ratio([100], [90])
+    assert (one.median, one.turns) == (0.9, 1)
+    assert any('one turn' in d for d in doubts(one, 0.0))
+    steady = paired_ratio([100, 110, 90], [80, 88, 72])
+    assert steady.median == pytest.approx(0.8) and doubts(steady, 0.0) == []
+    noisy = paired_ratio([100, 100, 100], [80, 120, 95])
+    assert any('disagree' in d for d in doubts(noisy, 0.0))
+    assert any('other processes' in d for d in doubts(steady, OTHERS_LIMIT + 0.01))
+
+
+#: The quiet output of a 6.1 `make vmlinux modules` after touching kernel/fork.c.
+REBUILD = '''\
+  CALL    scripts/checksyscalls.sh
+  CC      kernel/fork.o
+  AR      kernel/built-in.a
+  AR      built-in.a
+  AR      vmlinux.a
+  LD      vmlinux.o
+  MODPOST Module.symvers
+  LD      .tmp_vmlinux.btf
+  BTF     .btf.vmlinux.bin.o
+  LD      vmlinux
+  BTFIDS  vmlinux
+make[2]: Nothing to be done for 'foo'.
+  BTF [M] drivers/net/dummy.ko
+  BTF [M] drivers/net/tun.ko
+  BTF [M] drivers/net/veth.ko
+'''
+
+
+def test_timeline_cuts_make_output_into_phases():
+    timeline = Timeline(io.StringIO())
+    for line in REBUILD.splitlines():
+        timeline.line(line, 0.0)
+    phases = timeline.phases(wall=100.0, cpu=50.0)
+    assert list(phases) == ['compile', 'link', 'modules']
+    assert [p[2] for p in phases.values()] == [4, 7, 3]
+    assert sum(p[0] for p in phases.values()) == pytest.approx(100.0, abs=0.01)
+    assert sum(p[1] for p in phases.values()) == pytest.approx(50.0, abs=0.01)
+
+
+def test_timeline_without_a_link_chain():
+    timeline = Timeline(io.StringIO())
+    for line in textwrap.dedent('''\
+            CC [M]  drivers/net/veth.o
+            MODPOST Module.symvers
+            LD [M]  drivers/net/veth.ko''').splitlines():
+        timeline.line('  ' + line, 0.0)
+    assert list(timeline.phases(wall=10.0, cpu=9.0)) == ['compile', 'modules']
+
+
+#: objbtf's real resident server, in a process of its own that becomes a
+#: subreaper: three encodes through it, then the bench's settling.
+SERVED = '''
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from accounting import become_subreaper, orphans, settle_servers, tree_cpu
+tree, env = Path({tree!r}), dict(os.environ, **{env!r})
+objbtf = [sys.executable, '-m', 'objbtf']
+become_subreaper()
+before = tree_cpu()
+for n in range(3):
+    shutil.copy(tree / 'kinds.o', tree / f'{{n}}.o')
+    subprocess.run(objbtf + ['encode', '-q', f'{{n}}.o'], cwd=tree, env=env, check=True)
+alive = orphans()
+servers = settle_servers(objbtf, tree, env, Path(env['OBJBTF_SERVER_LOG']))
+print(json.dumps({{'alive': len(alive), 'cpu': tree_cpu() - before - servers.stop_cpu,
+                  'server': servers.as_dict(), 'left': orphans()}}))
+'''
+
+
+def test_the_resident_servers_cpu_is_counted_and_checked(tmp_path):
+    from conftest import C_FIXTURES, ROOT, compile_c
+    compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
+    runtime = Path(tempfile.mkdtemp(prefix='ob', dir='/tmp'))   # socket paths stay short
+    try:
+        env = {'PYTHONPATH': str(ROOT), 'XDG_RUNTIME_DIR': str(runtime), 'OBJBTF_RESIDENT': '1',
+               'OBJBTF_SERVER_LOG': str(tmp_path / 'server.log')}
+        script = SERVED.format(bench=str(BENCH), tree=str(tmp_path), env=env)
+        got = json.loads(subprocess.run([sys.executable, '-c', script], check=True,
+                                        capture_output=True, text=True).stdout)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert got['alive'] == 1                  # the server, reparented to the probe
+    server = got['server']
+    assert server['processes'] == 1 and server['requests'] == 3
+    assert server['problems'] == []           # stopped, reaped, its log line agrees
+    assert server['cpu'] > 0 and got['cpu'] >= server['cpu']
+    assert got['left'] == []

@@ -1,0 +1,245 @@
+"""The compiler-BTF loader on real gcc objects: GCC's own ``.BTF`` (``-gbtf``,
+with and without ``-g``) encoded by objbtf gives what the DWARF path gives
+for the same source, checked by objbtf's validator, bpftool and the running
+kernel, and placed by real relocations after a real ``ld``."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from btf_shapes import (kind_counts, lost_enumerators, named_types, same_types,
+                        without_wide_enumerators)
+from conftest import C_FIXTURES, need, objbtf, run
+from objbtf.btf import Btf, Kind, parse_btf
+from objbtf.btf.kinds import INT_CHAR
+from objbtf.elf.reader import ElfFile
+from test_relocations import assert_linked_offsets, datasec_fields, rela_btf, symbol_sections
+
+SOURCES = ('kinds', 'scopes', 'counter_a', 'counter_b')
+#: The DWARF-less build compiles with -gbtf alone; -g -gbtf also has DWARF,
+#: which objbtf leaves unread.
+GBTF_FLAGS = {'gbtf': ('-gbtf',), 'g-gbtf': ('-g', '-gbtf')}
+FEATURES = ('default', 'default,global_var', 'default,-float,-var')
+
+
+def compile_with(src: str, out: Path, *flags: str) -> Path:
+    run(need('gcc'), '-O2', '-c', *flags, '-o', out, C_FIXTURES / f'{src}.c')
+    return out
+
+
+def section(obj: Path, name: str = '.BTF') -> bytes | None:
+    with ElfFile.open(str(obj)) as elf:
+        sec = elf.section_by_name(name)
+        return None if sec is None else elf.section_data(sec)
+
+
+def has_dwarf(obj: Path) -> bool:
+    return section(obj, '.debug_info') is not None
+
+
+def pair(tmp_path: Path, src: str, flags: str, features: str = 'default') -> tuple[Btf, Btf]:
+    """(DWARF path's BTF from a -g compile, compiler path's from ``flags``)."""
+    dwarf = compile_with(src, tmp_path / f'{src}.g.o', '-g')
+    gbtf = compile_with(src, tmp_path / f'{src}.{flags}.o', *GBTF_FLAGS[flags])
+    assert section(dwarf) is None and section(gbtf) is not None
+    assert has_dwarf(gbtf) == ('-g' in GBTF_FLAGS[flags])
+    for obj in (dwarf, gbtf):
+        r = objbtf('encode', '--btf-features', features, obj, check=False)
+        assert r.returncode == 0 and not r.stderr, r.stderr
+    return parse_btf(section(dwarf)), parse_btf(section(gbtf))
+
+
+@pytest.mark.parametrize('features', FEATURES)
+@pytest.mark.parametrize('flags', sorted(GBTF_FLAGS))
+@pytest.mark.parametrize('src', SOURCES)
+def test_same_types_as_the_dwarf_path(tmp_path, src, flags, features):
+    """Every type, variable and function the DWARF path encodes, and nothing
+    else: the same counts per kind, the same named types, the same shapes
+    (types spelled out through their references, ids aside), with one
+    derived difference: GCC 12's BTF holds no enumerator outside the 32-bit
+    signed range, nor any enum's signedness."""
+    dwarf, ours = pair(tmp_path, src, flags, features)
+    expected = without_wide_enumerators(dwarf)
+    assert kind_counts(ours) == kind_counts(dwarf)
+    assert named_types(ours) == named_types(expected)
+    assert same_types(ours, expected) == []
+
+
+def test_fixture_loses_the_enumerators_derived(tmp_path):
+    """The enum difference is real on the fixture and exactly the derived one."""
+    dwarf, ours = pair(tmp_path, 'kinds', 'gbtf')
+    assert lost_enumerators(dwarf) == {'uns': ['U_B'], 'wide': ['W_A']}
+    enums = {t.name: [e.name for e in t.items] for _, t in ours.own()
+             if t.kind in (Kind.ENUM, Kind.ENUM64)}
+    assert enums['uns'] == ['U_A'] and enums['wide'] == ['W_B']
+
+
+def test_without_enum64(tmp_path):
+    """-enum64: enums of 8 bytes are ENUMs of size 8, as on the DWARF path,
+    with the values GCC kept."""
+    dwarf, ours = pair(tmp_path, 'kinds', 'gbtf', 'default,-enum64')
+    assert kind_counts(ours) == kind_counts(dwarf) and Kind.ENUM64.name not in kind_counts(ours)
+    wide = [t for _, t in ours.own() if t.name == 'wide']
+    assert [(t.kind, t.size, t.kflag, t.items) for t in wide] == [(Kind.ENUM, 8, 1, (('W_B', -1),))]
+
+
+@pytest.mark.parametrize('flags', sorted(GBTF_FLAGS))
+def test_checked_three_ways(tmp_path, flags, kernel_loader):
+    """GCC's raw .BTF is rejected by the kernel (INT 'char' SIGNED|CHAR,
+    zero DATASEC sizes); objbtf's encoding of it passes objbtf check,
+    bpftool and BPF_BTF_LOAD."""
+    obj = compile_with('kinds', tmp_path / 'k.o', *GBTF_FLAGS[flags])
+    raw = section(obj)
+    assert any(t.kind is Kind.INT and t.encoding & INT_CHAR for _, t in parse_btf(raw).own())
+    assert not kernel_loader(raw).ok
+    objbtf('encode', obj)
+    assert objbtf('check', obj).returncode == 0
+    dump = run(need('bpftool'), 'btf', 'dump', 'file', obj).stdout
+    assert "STRUCT 'bits'" in dump and "INT 'char' size=1 bits_offset=0 nr_bits=8 encoding=SIGNED" in dump
+    verdict = kernel_loader(section(obj))
+    assert verdict.ok, verdict.log
+
+
+def test_functions_the_object_defines(tmp_path):
+    """GCC writes a FUNC for every function the unit declares or takes the
+    address of; objbtf keeps those with a function symbol and named
+    parameters, the DWARF path's choice."""
+    obj = compile_with('kinds', tmp_path / 'k.o', '-gbtf')
+    raw_funcs = {t.name for _, t in parse_btf(section(obj)).own() if t.kind is Kind.FUNC}
+    objbtf('encode', obj)
+    funcs = sorted(t.name for _, t in parse_btf(section(obj)).own() if t.kind is Kind.FUNC)
+    assert funcs == ['restrict_fn', 'takes_unnamed', 'uses_static', 'variadic']
+    assert {'static_helper', ''} <= raw_funcs - set(funcs)
+
+
+def test_variables_by_their_symbols(tmp_path):
+    """Function-scope statics (GCC's symbol NAME.N), extern, skipped and empty
+    variables get no VAR; each VAR kept is relocated against its own symbol
+    in its own section."""
+    obj = compile_with('scopes', tmp_path / 's.o', '-gbtf')
+    raw = parse_btf(section(obj))
+    assert {'ext_counter', 'ext_plain', '__UNIQUE_ID_skipped', 'nothing'} <= {
+        t.name for _, t in raw.own() if t.kind is Kind.VAR}
+    objbtf('encode', '--btf-features', 'default,global_var', obj)
+    fields = datasec_fields(section(obj))
+    assert sorted(v for _, _, v in fields) == sorted(
+        ['counter', 'enum_ptr', 'file_only', 'grid', 'rows', 'union_ptr'])
+    sections = symbol_sections(obj)
+    assert all(sections[var] == sec for _, sec, var in fields)
+    assert sorted((off, var) for off, _, var in fields) == sorted(
+        (off, sym) for off, _, sym in rela_btf(obj))
+    btf = parse_btf(section(obj))
+    enum = [t for _, t in btf.own() if t.name == 'decl_only']
+    assert [(t.kind, t.size, t.vlen) for t in enum] == [(Kind.ENUM, 4, 0)]
+
+
+def test_linker_places_every_variable(tmp_path):
+    """After a real ld, every DATASEC entry holds its variable's address,
+    same-name statics of two objects and percpu subsections included."""
+    objs = [compile_with(name, tmp_path / f'{name}.o', '-gbtf')
+            for name in ('counter_a', 'counter_b')]
+    for obj in objs:
+        objbtf('encode', obj)
+    assert_linked_offsets(tmp_path, objs)
+
+
+def test_deterministic_and_encoded_once(tmp_path):
+    """GCC 12 writes FUNCs and VARs in an order that changes between
+    compiles; objbtf's output does not, and keeps none of GCC's old bytes.
+    Once encoded, the object's .BTF is objbtf's own and no source of types:
+    encoding it again without DWARF leaves it without types, as an object
+    whose DWARF was stripped (README: re-encoding)."""
+    outputs = set()
+    for _ in range(3):
+        obj = compile_with('kinds', tmp_path / 'k.o', '-gbtf')
+        gcc_types = section(obj)[24:][:1024]
+        objbtf('encode', 'k.o', cwd=tmp_path)
+        outputs.add(obj.read_bytes())
+        assert gcc_types not in obj.read_bytes()
+    assert len(outputs) == 1
+    again = objbtf('encode', 'k.o', cwd=tmp_path)
+    assert 'no DWARF types' in again.stderr and not section(obj)
+
+
+def test_with_dwarf_the_compiler_btf_first_then_dwarf(tmp_path):
+    """-g -gbtf: the first encode reads GCC's BTF (the same .BTF as -gbtf
+    alone); once encoded, the object is encoded again from its DWARF, as
+    an object compiled with -g alone is, byte for byte."""
+    both = compile_with('kinds', tmp_path / 'both.o', '-g', '-gbtf')
+    alone = compile_with('kinds', tmp_path / 'alone.o', '-gbtf')
+    plain = compile_with('kinds', tmp_path / 'plain.o', '-g')
+    for obj in (both, alone, plain):
+        objbtf('encode', obj)
+    assert section(both) == section(alone)
+    objbtf('encode', both)
+    assert section(both) == section(plain)
+
+
+def test_broken_compiler_btf_is_one_line_error(tmp_path):
+    obj = compile_with('kinds', tmp_path / 'k.o', '-gbtf')
+    with ElfFile.open(str(obj)) as elf:
+        sec = elf.section_by_name('.BTF')
+        offset = sec.offset
+    data = bytearray(obj.read_bytes())
+    data[offset:offset + 2] = b'\0\0'           # the magic
+    obj.write_bytes(bytes(data))
+    r = objbtf('encode', obj, check=False)
+    assert r.returncode == 1
+    assert r.stderr.count('\n') == 1 and str(obj) in r.stderr and 'magic' in r.stderr
+    assert obj.read_bytes() == bytes(data)
+
+
+# --- kernel objects -----------------------------------------------------------
+
+#: bench/encode_bench.py's compile_command reruns an object's saved Kbuild
+#: command line; encode_bench imports its neighbours in bench/.
+BENCH = Path(__file__).resolve().parent.parent / 'bench'
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
+    """Compile ``obj`` again with its saved Kbuild command and ``flags`` (for
+    -gbtf alone, its -g left out), encode it from GCC's BTF, and return how
+    it differs from the DWARF path's encoding of the reference object beyond
+    what gcc_btf_facts derives from that object's DWARF."""
+    from encode_bench import compile_command
+    from gcc_btf_facts import dwarf_facts, function_symbols, unexplained
+    from objbtf.encode_file import encode_path
+    from objbtf.features import Features
+    cmd = compile_command(build, obj, work / 'gbtf.o')
+    if flags == 'gbtf':
+        cmd = [a for a in cmd if a != '-g' and not a.startswith('-gdwarf')]
+    run(*cmd, '-gbtf', cwd=build)
+    (work / 'dwarf.o').write_bytes(obj.read_bytes())
+    ours = encode_path(str(work / 'gbtf.o'), Features())
+    dwarf = encode_path(str(work / 'dwarf.o'), Features())
+    if dwarf is None:
+        return [] if ours is None else [f'{obj}: types from GCC BTF, none from DWARF']
+    mine = ours.btf if ours is not None else Btf()    # assembly: FUNCs from gas's DWARF only
+    problems = unexplained(mine, dwarf.btf, dwarf_facts(str(obj)), function_symbols(obj))
+    return [f'{obj.relative_to(build)}: {p}' for p in problems]
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize('flags', sorted(GBTF_FLAGS))
+def test_kernel_objects(kernel_build, tmp_path, flags):
+    """Every 40th C object of the reference kernel, compiled again with its
+    saved Kbuild command line and -gbtf, encoded from GCC's BTF: valid BTF,
+    and what the DWARF path gives for the same object but for the
+    differences derived from its DWARF."""
+    from encode_bench import compile_command
+    from kernel_tree import objects
+    from objbtf.btf.validate import validate_bytes
+    sample = [o for o in objects(kernel_build)[::40]
+              if compile_command(kernel_build, o, tmp_path / 'x.o') is not None]
+    assert len(sample) > 15
+    problems = []
+    for obj in sample:
+        problems += _kernel_object(kernel_build, obj, tmp_path, flags)
+        raw = section(tmp_path / 'gbtf.o')
+        if raw is not None:
+            errors = validate_bytes(raw)
+            problems += [f'{obj}: {e}' for e in errors[:1]]
+    assert problems == []

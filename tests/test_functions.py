@@ -1,0 +1,165 @@
+"""pahole 1.31's function rules on small gcc-compiled objects, one case each
+(tests/fixtures/functions), against what pahole 1.31 chose on the same
+objects (a fixture recorded from a real run: CI cannot build pahole 1.31)
+and against the objects' symbol tables."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import need, objbtf, run
+from pahole131_funcs import CLONES_FIXTURE, build_clones, read_fixture
+from objbtf.btf.chunk import SECTION, split_chunks
+from objbtf.btf_file import load_btf_file
+from objbtf.diff import compare, function_decls
+from objbtf.elf.reader import ElfFile
+from objbtf.functions import (
+    FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_key,
+)
+
+STT_FUNC, STB_WEAK = 2, 2
+
+
+def encode(obj: Path) -> None:
+    objbtf('encode', obj)
+
+
+@pytest.fixture(scope='module')
+def clones(tmp_path_factory) -> tuple[Path, Path, str]:
+    """(the encoded objects' ld -r, objbtf link's raw BTF of it, the summary)."""
+    need('gcc')
+    need('ld')
+    out = tmp_path_factory.mktemp('clones')
+    linked = build_clones(out, encode)
+    btf = out / 'clones.btf'
+    r = objbtf('link', '--output', btf, linked)
+    return linked, btf, r.stderr
+
+
+def symbols(path: Path) -> list:
+    with ElfFile.open(str(path)) as elf:
+        return [s for s in elf.symbols() if s.type == STT_FUNC and s.shndx]
+
+
+def chunk_facts(path: Path) -> dict[str, int]:
+    with ElfFile.open(str(path)) as elf:
+        data = elf.section_data(elf.section_by_name(SECTION))
+        out: dict[str, int] = {}
+        for chunk in split_chunks(data, elf.byteorder):
+            for name, flags in chunk.facts.items():
+                out[name] = out.get(name, 0) | flags
+        return out
+
+
+def test_funcs_are_pahole_131s_but_for_the_strong_definition(clones):
+    """The same FUNCs as pahole 1.31, with one difference by design: for a
+    name with a weak and a strong definition, pahole 1.31 takes the first
+    it meets, objbtf the strong one, which is the code in the binary."""
+    linked, btf, _ = clones
+    _, theirs = read_fixture(CLONES_FIXTURE)
+    ours = function_decls(load_btf_file(str(btf)))
+    diff = compare(theirs, ours)
+    assert diff.added == [] and diff.removed == []
+    weak = {s.name for s in symbols(linked.parent / 'clones_a.o') if s.bind == STB_WEAK}
+    assert {e['name'] for e in diff.changed} == weak == {'hook'}
+    strong = function_decls(load_btf_file(str(linked.parent / 'clones_b.o')))
+    assert ours['hook'] == strong['hook'] == ['int hook(int value)']
+
+
+def test_each_rule_as_the_symbols_and_dwarf_facts_say(clones):
+    linked, btf, summary = clones
+    syms = symbols(linked)
+    names = {s.name for s in syms}
+    ours = function_decls(load_btf_file(str(btf)))
+    # Keys at several addresses: static helper here, helper.constprop.0 there.
+    addresses: dict[str, set[int]] = {}
+    for s in syms:
+        if function_key(s.name):
+            addresses.setdefault(function_key(s.name), set()).add(s.value)
+    ambiguous = {k for k, a in addresses.items() if len(a) > 1}
+    assert ambiguous == {'helper'} and 'helper' not in ours
+    # Clones keep a FUNC under the function's name; .cold pieces are none.
+    clone_only = {k for k in addresses if k not in names}
+    assert clone_only == {'constarg', 'bystruct', 'up'}
+    assert 'constarg' in ours and {'split', 'split.cold'} <= names and 'split' in ours
+    # What DWARF says, recorded per object, drops the other two and the packed struct.
+    facts = chunk_facts(linked)
+    assert facts['up'] & FACT_UNEXPECTED_REG and facts['bystruct'] & FACT_INCONSISTENT
+    assert facts['many'] & FACT_UNCERTAIN_LOC and facts['hook'] & FACT_WEAK
+    assert not {'up', 'bystruct', 'many'} & ours.keys()
+    assert not facts.get('constarg', 0) & ~FACT_WEAK            # its registers are right
+    assert ('functions dropped: 1 with prototypes that differ between objects, 1 at several '
+            'addresses, 1 with parameters in unexpected registers, 1 with packed structs on '
+            'the stack') in summary
+
+
+@pytest.mark.parametrize('cc', ['gcc', 'clang'])
+def test_location_lists_of_each_dwarf_form(tmp_path, cc):
+    """DWARF 4 .debug_loc (relocated), DWARF 5 .debug_loclists by offset
+    (gcc) or by index (clang): the facts the location lists give do not
+    depend on the form.  gcc's DWARF 5 is the reference; clang's own
+    DWARF 5 and 4 must agree with each other."""
+    src = Path(__file__).parent / 'fixtures' / 'functions' / 'clones_a.c'
+    facts = {}
+    for variant in ('-gdwarf-4', '-gdwarf-5'):
+        obj = tmp_path / f'{variant}.o'
+        run(need(cc), variant, '-O2', '-c', '-o', obj, src)
+        encode(obj)
+        facts[variant] = chunk_facts(obj)
+    first, second = facts.values()
+    assert first == second and any(f & FACT_UNEXPECTED_REG for f in first.values())
+    if cc == 'gcc':
+        assert first['up'] & FACT_UNEXPECTED_REG
+    else:       # clang's DWARF 5 refers to its lists by index (DW_FORM_loclistx)
+        info = run(need('readelf'), '--debug-dump=abbrev', tmp_path / '-gdwarf-5.o').stdout
+        assert 'DW_FORM_loclistx' in info
+
+
+def test_link_refuses_objects_with_the_previous_chunk_format(clones, tmp_path):
+    """A version 2 chunk (no function facts) is named, to be rebuilt."""
+    linked, _, _ = clones
+    obj = tmp_path / 'old.o'
+    src = linked.parent / 'clones_b.o'
+    with ElfFile.open(str(src)) as elf:
+        sec = elf.section_by_name(SECTION)
+        data = elf.section_data(sec)
+        order = elf.byteorder
+    [chunk] = split_chunks(data, order)
+    e = '<' if order == 'little' else '>'
+    name = chunk.name.encode()
+    tables = chunk.hashes.tobytes() + chunk.offsets.tobytes() + chunk.flags
+    body = name + bytes(-len(name) % 8) + tables + bytes(-len(tables) % 8)
+    old = struct.pack(e + '4sHHIIII', b'OBTF', 2, chunk.scheme, 24 + len(body), len(name),
+                      chunk.count, chunk.btf_size) + body
+    chunk_file = tmp_path / 'chunk'
+    chunk_file.write_bytes(old)
+    run(need('objcopy'), '--update-section', f'{SECTION}={chunk_file}', src, obj)
+    others = [linked.parent / 'anchor.o', linked.parent / 'clones_a.o', obj]
+    relinked = tmp_path / 'relinked.o'
+    run(need('ld'), '-r', '-o', relinked, *others)
+    r = objbtf('link', '--output', tmp_path / 'out.btf', relinked, check=False)
+    assert r.returncode == 1 and 'Traceback' not in r.stderr
+    assert f'{chunk.name} (format 2)' in r.stderr and 'rebuild' in r.stderr
+
+
+def test_cache_misses_when_only_function_facts_change(clones, tmp_path):
+    """Weakening a symbol changes no type, only the object's function facts
+    (its chunk): a link with --cache must not replay the last one, and gives
+    the bytes of a link without it."""
+    linked, _, _ = clones
+    objs = [linked.parent / f'{n}.o' for n in ('anchor', 'clones_a', 'clones_b')]
+    cache = tmp_path / 'cache'
+    first = objbtf('link', '--cache', cache, '--output', tmp_path / 'first.btf', linked)
+    assert 'replayed' not in first.stderr
+    weakened = tmp_path / 'clones_b.o'
+    run(need('objcopy'), '--weaken-symbol=hook', objs[2], weakened)
+    encode(weakened)
+    relinked = tmp_path / 'relinked.o'
+    run(need('ld'), '-r', '-o', relinked, objs[0], objs[1], weakened)
+    again = objbtf('link', '--cache', cache, '--output', tmp_path / 'again.btf', relinked)
+    assert 'replayed' not in again.stderr
+    objbtf('link', '--output', tmp_path / 'fresh.btf', relinked)
+    assert (tmp_path / 'again.btf').read_bytes() == (tmp_path / 'fresh.btf').read_bytes()
+    assert chunk_facts(weakened)['hook'] & FACT_WEAK

@@ -1,0 +1,448 @@
+"""The resident server, with real processes, real sockets and objects gcc
+compiled: a make -j storm, killed clients, a killed server, two trees, two
+users, a changed objbtf, idle exit, and output identical to in-process runs.
+
+Every test gets its own runtime directory (XDG_RUNTIME_DIR), so its servers
+are its own, and stops them at the end.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import C_FIXTURES, ROOT, compile_c, need, run
+
+SERVER_LINE = re.compile(r'^objbtf-server pid=(\d+) requests=(\d+) user=(\d+\.\d+) sys=(\d+\.\d+)$')
+
+
+class Tree:
+    """A build tree whose objbtf commands run as a user's would, through
+    the server unless told otherwise."""
+
+    def __init__(self, path: Path, runtime: Path, **env: str):
+        self.path = path
+        self.env = {**os.environ, 'PYTHONPATH': str(ROOT), 'XDG_RUNTIME_DIR': str(runtime),
+                    'OBJBTF_RESIDENT': '1', **env}
+        self.env.pop('PYTHONDONTWRITEBYTECODE', None)
+
+    def start(self, *args: str | os.PathLike, python: str = sys.executable,
+              prefix: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
+        return subprocess.Popen([*prefix, python, '-m', 'objbtf', *map(str, args)], cwd=self.path,
+                                env={**self.env, **env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def run(self, *args: str | os.PathLike, **kw) -> subprocess.CompletedProcess:
+        p = self.start(*args, **kw)
+        out, err = p.communicate(timeout=120)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def servers(self) -> list[dict[str, str]]:
+        r = self.run('server', 'status')
+        return [dict(kv.split('=', 1) for kv in line.split()) for line in r.stdout.splitlines()
+                if line.startswith('pid=')]
+
+    def stop(self) -> str:
+        return self.run('server', 'stop').stdout
+
+
+@pytest.fixture
+def runtime():
+    """A short private runtime directory (socket paths must stay under 108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix='objbtf-rt-', dir='/tmp'))
+    os.chmod(path, 0o700)
+    yield path
+    for sock in (path / 'objbtf').glob('*.sock'):
+        try:
+            os.kill(_pid_of(sock), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_of(sock: Path) -> int:
+    """The pid listening on ``sock``, from /proc/net/unix and /proc/*/fd."""
+    inode = next(line.split()[6] for line in Path('/proc/net/unix').read_text().splitlines()[1:]
+                 if line.endswith(str(sock)))
+    for fd in Path('/proc').glob('[0-9]*/fd/*'):
+        try:
+            if os.readlink(fd) == f'socket:[{inode}]':
+                return int(fd.parts[2])
+        except OSError:
+            continue
+    raise ValueError(sock)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != 'Z'
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for t in Path(f'/proc/{pid}/task').iterdir()
+            for c in (t / 'children').read_text().split()]
+
+
+def wait_for(condition, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture(scope='module')
+def objects(tmp_path_factory) -> list[Path]:
+    """The C fixtures at four optimisation levels (sixteen or more)."""
+    d = tmp_path_factory.mktemp('objs')
+    return [compile_c('gcc', src, d / f'{src.stem}{level}.o', f'-O{level}')
+            for src in sorted(C_FIXTURES.glob('*.c')) for level in '0 1 2 s'.split()]
+
+
+def populate(tree: Path, objects: list[Path], copies: int) -> list[str]:
+    """``copies`` copies of each object under tree/N/; their relative paths."""
+    names = []
+    for n in range(copies):
+        (tree / str(n)).mkdir(parents=True, exist_ok=True)
+        for obj in objects:
+            shutil.copyfile(obj, tree / str(n) / obj.name)
+            names.append(f'{n}/{obj.name}')
+    return names
+
+
+def storm_makefile(tree: Path, names: list[str], objbtf: list[list[str]]) -> None:
+    """A Makefile whose 64 targets each encode one object, the commands
+    taking turns between the ``objbtf`` command lines given."""
+    rules = [f'{name}.done:\n\t{shlex.join(objbtf[i % len(objbtf)])} encode {name} && touch $@\n'
+             for i, name in enumerate(names)]
+    (tree / 'Makefile').write_text('all: ' + ' '.join(f'{n}.done' for n in names) + '\n'
+                                   + ''.join(rules))
+
+
+def test_make_storm_of_64_clients_gives_in_process_bytes(tmp_path, runtime, objects):
+    """make -j64 with no server yet: 64 clients at once (the installed
+    command and the bare client in turns), one server starts and serves all
+    64, and every object is byte for byte what make -j64 without the server
+    writes."""
+    served = Tree(tmp_path / 'served', runtime, OBJBTF_RESIDENT_IDLE='3600')
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    names = populate(served.path, objects[:16], 4)
+    populate(local.path, objects[:16], 4)
+    assert len(names) == 64
+    bare = shlex.split(served.run('server', 'command').stdout)
+    for tree, commands in ((served, [[sys.executable, '-m', 'objbtf'], bare]),
+                           (local, [[sys.executable, '-m', 'objbtf']])):
+        storm_makefile(tree.path, names, commands)
+        r = subprocess.run([need('make'), '-s', '-j64'], cwd=tree.path, env=tree.env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0 and r.stdout == '' and r.stderr == '', r.stderr
+    for name in names:
+        assert (served.path / name).read_bytes() == (local.path / name).read_bytes(), name
+    [server] = served.servers()
+    assert int(server['requests']) == 64
+    assert len(list((runtime / 'objbtf').glob('*.sock'))) == 1
+    served.stop()
+
+
+def test_without_server_nothing_starts(tmp_path, runtime, objects):
+    tree = Tree(tmp_path, runtime, OBJBTF_RESIDENT='0')
+    [name] = populate(tmp_path, objects[:1], 1)
+    assert tree.run('encode', name).returncode == 0
+    assert not (runtime / 'objbtf').exists()
+
+
+def test_cc_link_and_errors_match_in_process(tmp_path, runtime):
+    """cc, link (with its summary) and the one-line errors: the same exit
+    status, output and bytes through the server as in process."""
+    results = {}
+    for mode in ('1', '0'):
+        tree = Tree(tmp_path / mode, runtime, OBJBTF_RESIDENT=mode)
+        tree.path.mkdir()
+        runs = []
+        for src in ('counter_a', 'counter_b'):
+            runs.append(tree.run('cc', '--', need('gcc'), '-g', '-O2', '-c', '-o', f'{src}.o',
+                                 f'-fdebug-prefix-map={tree.path}=.', C_FIXTURES / f'{src}.c'))
+        run(need('ld'), '-r', '-o', tree.path / 'linked.o', tree.path / 'counter_a.o',
+            tree.path / 'counter_b.o')
+        (tree.path / 'list').write_text('counter_a.o\ncounter_b.o\n')
+        runs.append(tree.run('link', '--objects', 'list', 'linked.o', '-o', 'out.btf'))
+        (tree.path / 'broken.o').write_bytes(b'\x7fELF' + bytes(60))
+        runs.append(tree.run('encode', 'broken.o'))
+        runs.append(tree.run('link', '--allow-missing', 'linked.o'))       # usage error: click
+        runs.append(tree.run('encode', '--help'))
+        runs.append(tree.run('cc', '--', 'sh', '-c', 'exit 3'))
+        results[mode] = ([(r.returncode, r.stdout, r.stderr.replace(str(tree.path), 'TREE'))
+                          for r in runs],
+                         [(tree.path / f).read_bytes() for f in ('counter_a.o', 'counter_b.o',
+                                                                  'out.btf', 'broken.o')])
+        if mode == '1':
+            assert int(tree.servers()[0]['requests']) == len(runs)
+            tree.stop()
+    assert results['1'] == results['0']
+    statuses = [r[0] for r in results['1'][0]]
+    assert statuses == [0, 0, 0, 1, 2, 0, 3]
+    assert len(results['1'][0][3][2].splitlines()) == 1 and 'broken.o' in results['1'][0][3][2]
+    assert 'objects' in results['1'][0][2][2]                   # the link's summary
+
+
+def big_object(tmp_path: Path) -> Path:
+    """An object whose encoding takes a while: 3000 structs in one unit."""
+    src = tmp_path / 'big.c'
+    lines = ['struct s0 { int a; };']
+    for i in range(1, 3000):
+        lines.append(f'struct s{i} {{ struct s{i - 1} *prev; long v{i}; char n[{i % 7 + 1}]; }};')
+        lines.append(f'int f{i}(struct s{i} *p) {{ return p->n[0] + (int)p->v{i}; }}')
+    src.write_text('\n'.join(lines) + '\n')
+    return compile_c('gcc', src, tmp_path / 'big.o', '-O0')
+
+
+def test_killed_client_leaves_no_half_written_object(tmp_path, runtime):
+    """A client killed at any moment of its encode: the object is either
+    untouched or completely encoded, no temporary file stays, and the
+    server goes on serving."""
+    tree = Tree(tmp_path / 't', runtime)
+    tree.path.mkdir()
+    original = big_object(tmp_path).read_bytes()
+    reference = tmp_path / 'ref'
+    reference.mkdir()
+    (reference / 'big.o').write_bytes(original)
+    assert Tree(reference, runtime, OBJBTF_RESIDENT='0').run('encode', 'big.o').returncode == 0
+    encoded = (reference / 'big.o').read_bytes()
+    target = tree.path / 'big.o'
+    target.write_bytes(original)
+    assert tree.run('encode', 'big.o').returncode == 0   # starts the server, warms the cache
+    [server] = tree.servers()
+    seen = set()
+    for delay in (0.0, 0.0, 0.1, 0.2, 0.4, 0.8):
+        target.write_bytes(original)
+        p = tree.start('encode', 'big.o')
+        assert wait_for(lambda: children(int(server['pid'])))      # its child is at work
+        time.sleep(delay)
+        p.kill()
+        p.wait()
+        assert wait_for(lambda: not children(int(server['pid'])))
+        now = target.read_bytes()
+        assert now in (original, encoded), delay
+        seen.add(now == encoded)
+        assert [f.name for f in tree.path.iterdir()] == ['big.o']
+    assert False in seen            # some child was stopped before writing its object
+    assert tree.servers()[0]['pid'] == server['pid']
+    target.write_bytes(original)
+    assert tree.run('encode', 'big.o').returncode == 0 and target.read_bytes() == encoded
+    tree.stop()
+
+
+def test_killed_client_stops_its_compiler(tmp_path, runtime):
+    """cc's compiler dies with its client, as under make's Ctrl-C, and its
+    unfinished output is removed."""
+    tree = Tree(tmp_path, runtime)
+    out = tmp_path / 'out.o'
+    out.write_bytes(b'unfinished')
+    p = tree.start('cc', '--', 'sh', '-c', 'echo $$ > pid; exec sleep 60', 'x', '-o', 'out.o')
+    assert wait_for(lambda: (tmp_path / 'pid').exists() and (tmp_path / 'pid').read_text())
+    compiler = int((tmp_path / 'pid').read_text())
+    assert alive(compiler)
+    p.kill()
+    assert wait_for(lambda: not alive(compiler))
+    assert wait_for(lambda: not out.exists())
+    tree.stop()
+
+
+def test_killed_server_restarts_and_running_commands_finish(tmp_path, runtime, objects):
+    """SIGKILL to the server: the command its child runs still returns its
+    status, the next client starts a new server on the dead one's socket."""
+    tree = Tree(tmp_path, runtime)
+    names = populate(tmp_path, objects[:2], 1)
+    assert tree.run('encode', names[0]).returncode == 0
+    [old] = tree.servers()
+    slow = tree.start('cc', '--', 'sh', '-c', 'sleep 1; exit 3')
+    assert wait_for(lambda: tree.servers()[0]['running'] == '1')
+    os.kill(int(old['pid']), signal.SIGKILL)
+    assert wait_for(lambda: not alive(int(old['pid'])))
+    assert Path(old['socket']).exists()                 # left behind by the killed server
+    assert slow.wait(timeout=30) == 3
+    r = tree.run('encode', names[1])
+    assert r.returncode == 0 and r.stderr == ''
+    [new] = tree.servers()
+    assert new['pid'] != old['pid'] and new['socket'] == old['socket']
+    tree.stop()
+
+
+def test_two_trees_get_two_servers(tmp_path, runtime, objects):
+    trees = [Tree(tmp_path / n, runtime) for n in 'ab']
+    for tree in trees:
+        [name] = populate(tree.path, objects[:1], 1)
+        assert tree.run('encode', name).returncode == 0
+    [a], [b] = (tree.servers() for tree in trees)
+    assert a['pid'] != b['pid'] and a['socket'] != b['socket'] and a['code'] == b['code']
+    assert trees[0].stop().startswith(f'stopped pid={a["pid"]}')
+    [still] = trees[1].servers()
+    assert (still['pid'], still['requests']) == (b['pid'], b['requests'])
+    trees[1].stop()
+
+
+def test_two_users_never_share_a_server(runtime, objects):
+    """root and nobody in the same tree: one server each, in their own 0700
+    directories; nobody cannot reach root's."""
+    if os.geteuid() != 0:
+        pytest.fail('this test switches users with setpriv: run it as root')
+    setpriv = need('setpriv')
+    tree = Path(tempfile.mkdtemp(prefix='objbtf-users-', dir='/tmp'))   # pytest's is root's only
+    [name] = populate(tree, objects[:1], 1)
+    shutil.chown(tree, 'nobody')
+    for p in tree.rglob('*'):
+        shutil.chown(p, 'nobody')
+    env = {k: v for k, v in os.environ.items() if k != 'XDG_RUNTIME_DIR'}
+    env.update(PYTHONPATH=str(ROOT), OBJBTF_RESIDENT='1')
+    as_nobody = [setpriv, '--reuid=nobody', '--regid=nogroup', '--clear-groups']
+    python = '/usr/bin/python3'          # root's pyenv is not readable by nobody; no click there
+
+    def nobody_control(kind: str) -> list[dict]:
+        r = subprocess.run([*as_nobody, python, '-c', 'from objbtf.client import control; '
+                            f'print(control({kind!r}))'], cwd=tree, env=env, capture_output=True,
+                           text=True, check=True)
+        return eval(r.stdout)
+    try:
+        r = subprocess.run([*as_nobody, python, '-m', 'objbtf', 'encode', name], cwd=tree,
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stderr == '', r.stderr
+        [theirs] = nobody_control('status')
+        runtime = Path(theirs['socket']).parent
+        st = runtime.stat()
+        assert runtime == Path('/tmp/objbtf-65534') and st.st_uid == 65534
+        assert st.st_mode & 0o777 == 0o700
+        assert Path(f'/proc/{theirs["pid"]}').stat().st_uid == 65534
+        root_tree = Tree(tree, runtime)
+        assert root_tree.run('encode', name).returncode == 0
+        [ours] = root_tree.servers()
+        assert ours['pid'] != str(theirs['pid']) and Path(f'/proc/{ours["pid"]}').stat().st_uid == 0
+        assert theirs['requests'] == 1 and ours['requests'] == '1'
+        probe = subprocess.run([*as_nobody, python, '-c', (
+            'import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n'
+            'try: s.connect(sys.argv[1])\nexcept PermissionError: sys.exit(0)\nsys.exit(1)'),
+            ours['socket']], capture_output=True, text=True)
+        assert probe.returncode == 0, probe.stderr
+        root_tree.stop()
+    finally:
+        nobody_control('stop')
+        shutil.rmtree(tree)
+
+
+def test_changed_objbtf_gets_a_new_server(tmp_path, runtime, objects):
+    """A copy of objbtf edited between two commands: the second starts a new
+    server (another code digest), the old one never serves again."""
+    code = tmp_path / 'code'
+    for package in ('objbtf', 'linkdedup'):
+        shutil.copytree(ROOT / package, code / package,
+                        ignore=shutil.ignore_patterns('__pycache__'))
+    tree = Tree(tmp_path / 'tree', runtime, PYTHONPATH=str(code))
+    names = populate(tree.path, objects[:2], 1)
+    assert tree.run('encode', names[0]).returncode == 0
+    [old] = tree.servers()
+    assert old['root'] == str(code)
+    with open(code / 'objbtf' / 'encoder.py', 'a') as f:
+        f.write('\n# a new version\n')
+    assert tree.run('encode', names[1]).returncode == 0
+    servers = {s['pid']: s for s in tree.servers()}
+    assert len(servers) == 2 and servers[old['pid']]['requests'] == old['requests']
+    new = next(s for pid, s in servers.items() if pid != old['pid'])
+    assert new['code'] != old['code'] and new['requests'] == '1'
+    tree.stop()
+
+
+def test_idle_server_exits_and_logs_its_cpu(tmp_path, runtime, objects):
+    log = tmp_path / 'server.log'
+    tree = Tree(tmp_path, runtime, OBJBTF_RESIDENT_IDLE='2', OBJBTF_SERVER_LOG=str(log))
+    [name] = populate(tmp_path, objects[:1], 1)
+    assert tree.run('encode', name).returncode == 0
+    assert wait_for(log.exists, timeout=60)
+    [line] = log.read_text().splitlines()
+    m = SERVER_LINE.match(line)
+    assert m and m[2] == '1' and float(m[3]) + float(m[4]) > 0
+    assert wait_for(lambda: not alive(int(m[1])))
+    assert not list((runtime / 'objbtf').glob('*.sock'))
+
+
+def test_stop_and_sigterm_log_and_end_the_server(tmp_path, runtime, objects):
+    log = tmp_path / 'server.log'
+    tree = Tree(tmp_path, runtime, OBJBTF_SERVER_LOG=str(log))
+    [name] = populate(tmp_path, objects[:1], 1)
+    assert tree.run('encode', name).returncode == 0
+    [server] = tree.servers()
+    assert tree.stop() == f'stopped pid={server["pid"]} requests=1\n'
+    assert SERVER_LINE.match(log.read_text()) and wait_for(lambda: not alive(int(server['pid'])))
+    r = tree.run('server', 'status')
+    assert r.returncode == 1 and r.stdout.startswith('no objbtf server for ')
+    assert tree.run('encode', name).returncode == 0
+    [server] = tree.servers()
+    os.kill(int(server['pid']), signal.SIGTERM)
+    assert wait_for(lambda: len(log.read_text().splitlines()) == 2)
+    assert SERVER_LINE.match(log.read_text().splitlines()[1])[1] == server['pid']
+
+
+def test_unsafe_runtime_directory_means_no_server(tmp_path, runtime, objects):
+    """A runtime directory others may enter is not used; the command runs in
+    process and works."""
+    (runtime / 'objbtf').mkdir(mode=0o755)
+    os.chmod(runtime / 'objbtf', 0o755)
+    tree = Tree(tmp_path, runtime)
+    [name] = populate(tmp_path, objects[:1], 1)
+    r = tree.run('encode', name)
+    assert r.returncode == 0 and r.stderr == ''
+    assert list((runtime / 'objbtf').iterdir()) == []
+
+
+def test_the_server_warms_what_commands_import(tmp_path):
+    """After the server's imports (WARM), encoding an object and linking
+    it import no more of objbtf: children start warm.  And every WARM
+    module exists (the server skips a missing one silently)."""
+    obj = compile_c('gcc', C_FIXTURES / 'counter_a.c', tmp_path / 'a.o')
+    code = ('import sys\n'
+            'from objbtf.server import WARM\n'
+            'for name in WARM: __import__(name)\n'
+            'before = set(sys.modules)\n'
+            'from objbtf.options import parse_fast\n'
+            'from objbtf.commands import dispatch\n'
+            'assert dispatch(parse_fast(["encode", "a.o"])) == 0\n'
+            'import subprocess; subprocess.run(["ld", "-r", "-o", "l.o", "a.o"], check=True)\n'
+            'assert dispatch(parse_fast(["link", "-q", "-o", "l.btf", "l.o"])) == 0\n'
+            'print(sorted(n for n in set(sys.modules) - before if n.split(".")[0] in '
+            '("objbtf", "linkdedup")))')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=obj.parent,
+                       env={**os.environ, 'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0'})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == '[]\n'
+
+
+def test_a_killed_command_is_one_line_and_status_1(tmp_path, runtime):
+    """The server's child for a command killed (say by the OOM killer): the
+    client says so on one line and exits 1, and does not run it again."""
+    tree = Tree(tmp_path, runtime)
+    assert tree.run('cc', '--', 'true').returncode == 0
+    [server] = tree.servers()
+    p = tree.start('cc', '--', 'sh', '-c', 'echo $$ >> runs; exec sleep 60')
+    assert wait_for(lambda: children(int(server['pid'])))
+    [child] = children(int(server['pid']))
+    assert wait_for(lambda: (tmp_path / 'runs').exists() and (tmp_path / 'runs').read_text())
+    os.kill(child, signal.SIGKILL)
+    compiler = int((tmp_path / 'runs').read_text())
+    os.kill(compiler, signal.SIGKILL)       # orphaned, it would hold the client's pipes
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and out == ''
+    assert err.splitlines() == ['objbtf: cc: the resident server\'s process for this command '
+                                'ended without an exit status']
+    assert (tmp_path / 'runs').read_text() == f'{compiler}\n'       # run once
+    tree.stop()
