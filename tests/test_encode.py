@@ -58,7 +58,7 @@ def test_three_way_check(tmp_path, variant, kernel_loader):
 def test_matches_pahole(tmp_path, variant):
     need('pahole')
     obj = encoded(tmp_path, variant)
-    assert differences(section_btf(obj), pahole_btf(obj)) == []
+    assert differences(section_btf(obj), pahole_btf(obj), obj) == []
 
 
 def test_every_kind_and_rule(tmp_path):
@@ -167,7 +167,7 @@ def test_clang_type_and_decl_tags(tmp_path, kernel_loader):
     with ElfFile.open(str(obj)) as elf:
         verdict = kernel_loader(elf.section_data(elf.section_by_name('.BTF')))
     assert verdict.ok, verdict.log
-    assert differences(btf, pahole_btf(obj)) == []
+    assert differences(btf, pahole_btf(obj), obj) == []
 
 
 def test_functions_chosen_as_pahole(tmp_path):

@@ -34,7 +34,7 @@ def _check_one(obj: str) -> tuple[str, list[str], int, bytes | None]:
             theirs = pahole_btf(Path(obj))
         except Exception as err:     # pahole cannot read a few real-mode objects
             return obj, [f'pahole failed: {err}'], 0, enc.raw
-        return obj, diff(enc.btf, theirs), extra_percpu_vars(enc.btf), enc.raw
+        return obj, diff(enc.btf, theirs, Path(obj)), extra_percpu_vars(enc.btf), enc.raw
 
 
 @pytest.fixture(scope='module')
