@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE.parent / 'tests'))
 from accounting import become_subreaper, server_supported, settle_servers, tree_cpu  # noqa: E402
 from install import clean_env, installed_objbtf  # noqa: E402
 from kernel_tree import objects  # noqa: E402
+from results import record  # noqa: E402
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 TOOLS = ('compile', 'objbtf', 'pahole')
 
@@ -120,9 +121,7 @@ def main() -> int:
 
     print(report)
     if not args.no_record:
-        cmdline = shlex.join(['python3', 'bench/encode_bench.py', *sys.argv[1:]])
-        with open(HERE / 'RESULTS.md', 'a') as f:
-            f.write(f'\n## encode, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{cmdline}`\n\n```\n{report}\n```\n')
+        record('encode', report)
     return 0
 
 

@@ -14,7 +14,6 @@ summed CPU, their ratios, appended to bench/RESULTS.md with the command.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from encode_bench import KERNEL_SCRIPT, compile_command, objects, timed  # noqa: E402
 from install import clean_env, installed_objbtf  # noqa: E402
+from results import record  # noqa: E402
 
 DWARF_FLAGS = ('-g',)
 
@@ -101,10 +101,7 @@ def main() -> int:
         f'with -gbtf: ratio {med["bytes -gbtf"] / med["bytes -g"]:.3f}')
     print(report)
     if not args.no_record:
-        cmdline = f'python3 bench/gbtf_bench.py --every {args.every} --rounds {args.rounds}'
-        with open(HERE / 'RESULTS.md', 'a') as f:
-            f.write(f'\n## DWARF-less path per object (gcc -gbtf), {time.strftime("%Y-%m-%d %H:%M")}\n\n'
-                    f'`{cmdline}`\n\n```\n{report}\n```\n')
+        record('DWARF-less path per object (gcc -gbtf)', report)
     return 0
 
 

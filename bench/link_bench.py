@@ -61,6 +61,7 @@ os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(HERE.parent),
 os.environ['OBJBTF_RESIDENT'] = '0'
 from accounting import PeakMemory  # noqa: E402
 from kernel_tree import VMLINUX_LINK, encoded_tree  # noqa: E402
+from results import record  # noqa: E402
 
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 #: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.
@@ -232,7 +233,7 @@ def main() -> int:
     subprocess.run([sys.executable, '-m', 'compileall', '-q', str(HERE.parent / 'objbtf'),
                     str(HERE.parent / 'linkdedup')], check=True)
     if args.modules_only:
-        return record(args, 'module links', modules_only(args, build, flags, objbtf))
+        return report_and_record(args, 'module links', modules_only(args, build, flags, objbtf))
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         print('preparing an encoded copy of the kernel tree...', file=sys.stderr)
@@ -282,18 +283,15 @@ def main() -> int:
               f'objbtf link {body.wall:.2f} s = {body.wall / p2.wall:.2f} x pahole (goal <= 0.2)\n'
               f'after a type edit (cache miss, full link): '
               f'objbtf link {typed.wall:.2f} s = {typed.wall / p3.wall:.2f} x pahole')
-    return record(args, 'link', report)
+    return report_and_record(args, 'link', report)
 
 
-def record(args: argparse.Namespace, title: str, report: str) -> int:
+def report_and_record(args: argparse.Namespace, title: str, report: str) -> int:
     """Print ``report`` and, unless --no-record, append it to RESULTS.md."""
     print(report)
     if not args.no_record:
-        command = shlex.join(['python3', 'bench/link_bench.py', *sys.argv[1:]])
-        with open(HERE / 'RESULTS.md', 'a') as f:
-            f.write(f'\n## {title}, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{command}` '
-                    f'(median wall and CPU of {args.repeat} runs each, the tools taking turns; '
-                    f'load average {os.getloadavg()[0]:.1f} at the end)\n\n```\n{report}\n```\n')
+        record(title, report, f'(median wall and CPU of {args.repeat} runs each, the tools '
+                              f'taking turns; load average {os.getloadavg()[0]:.1f} at the end)')
     return 0
 
 

@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
 from kernel_tree import objects  # noqa: E402
 from encode_bench import compile_command, installed_objbtf  # noqa: E402
+from results import record  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
 MODULES = ('drivers/net/veth', 'drivers/net/tun', 'drivers/net/dummy')
@@ -146,10 +147,7 @@ def main() -> int:
     report = '\n'.join(lines)
     print(report)
     if not args.no_record:
-        cmdline = f'python3 bench/resident_bench.py --every {args.every} --rounds {args.rounds}'
-        with open(HERE / 'RESULTS.md', 'a') as f:
-            f.write(f'\n## resident server, {time.strftime("%Y-%m-%d %H:%M")}\n\n'
-                    f'`{cmdline}`\n\n```\n{report}\n```\n')
+        record('resident server', report)
     return 0
 
 
