@@ -87,10 +87,11 @@ _QUICK: dict[str, Path] = {}
 
 def _quick_files(version: str) -> Path:
     """The files of ``version`` that the tests without a build read (what
-    the patches and the layout name, and Makefile.btf), extracted once per
-    run: a member of the tarball costs a decompression of all of it."""
+    the patches and the layout name, Kbuild.include and Makefile.btf),
+    extracted once per run: a member of the tarball costs a decompression
+    of all of it."""
     if version not in _QUICK:
-        names = set(PATCHED[version]) | set(layout_files(version))
+        names = set(PATCHED[version]) | set(layout_files(version)) | {'scripts/Kbuild.include'}
         if version != '6.1':
             names.add('scripts/Makefile.btf')
         dest = Path(tempfile.mkdtemp(prefix=f'objbtf-linux-{version}-')) / 'linux'

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need, objbtf, run
-from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, kind_counts,
+from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, kind_counts, layout_files,
                          objbtf_command, sections)
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.writer import encode_btf
@@ -201,13 +201,13 @@ FORCE:
 
 
 @pytest.mark.parametrize('lto', ['y', ''])
-def test_lto_builds_fall_back_to_pahole_and_say_so(tmp_path, lto):
+@pytest.mark.parametrize('version', ['6.1', '6.12'])
+def test_lto_builds_fall_back_to_pahole_and_say_so(tmp_path, version, lto):
     """With CONFIG_LTO_CLANG (bitcode objects) OBJBTF is cleared for every
     make that includes Makefile.lib (compiles, link-vmlinux.sh's environment,
     Makefile.modfinal), and the top directory's make says why, once."""
-    # apply recognizes a 6.1 tree by these files too.
-    files = [*PATCHED['6.1'], 'scripts/Kbuild.include', 'Makefile', 'scripts/pahole-flags.sh']
-    src = kernel_source(tmp_path / 'linux', '6.1', files)
+    files = sorted({*PATCHED[version], *layout_files(version), 'scripts/Kbuild.include'})
+    src = kernel_source(tmp_path / 'linux', version, files)
     assert apply(src).returncode == 0
     probe = tmp_path / 'probe.mk'
     probe.write_text(LTO_PROBE)
