@@ -91,7 +91,9 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     Adds (or replaces) a .BTF section and a .rela.BTF (.rel.BTF on REL
     targets) that relocates every DATASEC entry to its variable's symbol,
     and a .BTF.objbtf chunk with the object's name (the path as given) and
-    the hashes the link merges by.  An object without DWARF types
+    the hashes the link merges by.  An object compiled with gcc -gbtf
+    carries GCC's own BTF: that is read instead of DWARF (much cheaper;
+    with no -g at all, it is the DWARF-less build).  An object without types
     (assembly, -g0) gets a notice and only the chunk, no .BTF: the link
     then knows the object was not left out.  A broken object gets a
     one-line error and stays untouched; the exit status is then 1.
@@ -211,9 +213,10 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     no .BTF.objbtf at all has its objects' types hashed by the link's -j
     processes, slower but to the same BTF.  The link only sees the objects
     that have BTF; --objects gives it the list of all of them, so that one
-    compiled without objbtf is not silently left out.  A summary goes to stderr, unless --quiet (Kbuild: unless V=1).
-    With --cache, a relink after edits that changed no type (function
-    bodies) reuses the last link and only places the variables anew.
+    compiled without objbtf is not silently left out.  With --cache, a
+    relink after edits that changed no type (function bodies) reuses the
+    last link and only places the variables anew.  A summary goes to
+    stderr, unless --quiet (Kbuild: unless V=1).
     \b
     Examples:
       objbtf link --objects vmlinux.a --cache .btf.vmlinux.cache \\
