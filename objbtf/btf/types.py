@@ -15,8 +15,8 @@ from itertools import count
 from typing import Protocol
 
 from .kinds import (
-    BITFIELD, KINDS, SIGNED, UNION_FWD, Kind, info_of, ARRAY as _ARRAY, DATASEC as _DATASEC,
-    FUNC_PROTO as _FUNC_PROTO, STRUCT as _STRUCT, UNION as _UNION,
+    BITFIELD, KINDS, LINKAGE, SIGNED, UNION_FWD, Kind, info_of, ARRAY as _ARRAY,
+    DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, STRUCT as _STRUCT, UNION as _UNION,
 )
 from .strings import StringReader
 
@@ -64,11 +64,14 @@ def _kflag_meaning(meaning: str, doc: str) -> property:
     for other kinds, which cannot set it)."""
     kinds = KINDS.kflag_means(meaning)
 
+    def means(kind: Kind) -> bool:
+        return kind in kinds or (kind not in _LINUX_KINDS and info_of(kind).kflag == meaning)
+
     def get(t: BtfType) -> bool:
-        return bool(t.kflag) and t.kind in kinds
+        return bool(t.kflag) and means(t.kind)
 
     def put(t: BtfType, value: bool) -> None:
-        if t.kind not in kinds:
+        if not means(t.kind):
             raise AttributeError(f'kind_flag of {t.kind.name} does not mean {meaning}')
         t.kflag = int(value)
     return property(get, put, doc=doc)
@@ -196,7 +199,8 @@ class BtfType:
     @property
     def vlen(self) -> int:
         """What the format's vlen holds: the number of entries, or FUNC's linkage."""
-        if self.kind in _VLEN_IS_LINKAGE:
+        k = self.kind
+        if k in _VLEN_IS_LINKAGE or (k not in _LINUX_KINDS and info_of(k).vlen == LINKAGE):
             return self.linkage
         return len(self.items)
 
@@ -209,6 +213,9 @@ _VLEN_IS_LINKAGE = KINDS.vlen_is_linkage
 #: (FUNC_PROTO's parameters are read with its return type).
 _ENTRY_TYPE = {k: at for k, at in KINDS.entry_type_at.items() if k is not _FUNC_PROTO}
 _SIZED = KINDS.sized
+#: The kinds ``KINDS`` describes: the sets above answer for them, a kind's
+#: registry entry for the others.
+_LINUX_KINDS = frozenset(i.kind for i in KINDS)
 
 VOID = BtfType(Kind.UNKN)
 
@@ -225,7 +232,8 @@ def head(t: BtfType) -> Head:
     k = t.kind
     detail = (t.nelems if k is _ARRAY else tuple([p[1] for p in t.items]) if k is _FUNC_PROTO
               else 0)
-    return (k, t.name, t.size if k in _SIZED else t.type, t.vlen, detail)
+    sized = k in _SIZED or (k not in _LINUX_KINDS and info_of(k).sized)
+    return (k, t.name, t.size if sized else t.type, t.vlen, detail)
 
 
 class TypeSource(Protocol):
