@@ -35,6 +35,7 @@ btf_array(t1)``); here the two arrays' element types are compared.
 """
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from itertools import compress
@@ -43,9 +44,9 @@ from typing import Protocol
 
 from .errors import BtfError
 from .kinds import (
-    KINDS, Kind, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG, ENUM as _ENUM,
-    FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT, STRUCT as _STRUCT,
-    TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
+    KINDS, MAX_KIND_NUMBER, Kind, KindRegistry, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG,
+    ENUM as _ENUM, FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT,
+    STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
 )
 from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
@@ -54,69 +55,150 @@ _IN_PROGRESS = -2
 _IDENTICAL_DEPTH = 16
 _new = tuple.__new__
 
-_ENUMS = KINDS.enums
-_COMPOSITE = KINDS.composite
-_NEVER_DEDUPED = KINDS.not_deduped
-#: Reference kinds that are their header and one target: a graph walk
-#: follows ``type`` once the headers agree.
-_CHAIN = frozenset(i.kind for i in KINDS if i.one_ref and i.deduped and not i.fixed)
-_PRIMITIVE = KINDS.leaf
-_ONE_REF = KINDS.one_ref
-#: Kinds a structural comparison descends into: more than one target.
-_GRAPH = frozenset(i.kind for i in KINDS if i.deduped and not i.one_ref
-                   and (i.refs or i.entry_type_at is not None))
-
 Key = object
 Resolve = Callable[[int], int]
 
 
-def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = None) -> Btf:
+def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = None,
+          kinds: KindRegistry = KINDS) -> Btf:
     """A new, deduplicated copy of ``btf`` (split BTF stays on its base).
     ``split_base`` says what the dedup needs of the base, when something
-    holds it already (else it is read from the base's heads)."""
+    holds it already (else it is read from the base's heads).  ``kinds``
+    is the registry of the kinds ``btf`` holds."""
     with gc_paused():
         # The passes' state is freed before the collector comes back: it
         # would walk all of it once.
-        return _Dedup(btf, libbpf_1_1, split_base).run()
+        return _Dedup(btf, libbpf_1_1, split_base, kinds).run()
 
 
-def _shape(t: BtfType) -> tuple:
-    """All a graph walk compares of ``t`` but the ids it refers to."""
-    k = t.kind
-    if k in _COMPOSITE:
-        return (k, t.name, t.kflag, t.size,
-                tuple([(m.name, m.bit_offset, m.bitfield_size) for m in t.items]))
-    if k in _CHAIN:
-        return (k, t.name, t.kflag, t.linkage)
-    if k is _ARRAY:
-        return (k, t.name, t.kflag, t.nelems)
-    if k is _FUNC_PROTO:
-        return (k, t.name, t.kflag, tuple([p.name for p in t.items]))
-    if k is _INT:
-        return (k, t.name, t.kflag, t.size, t.encoding, t.bit_offset, t.bits)
-    if k is _FLOAT:
-        return (k, t.name, t.kflag, t.size)
-    if k is _FWD:
-        return (k, t.name, t.kflag, t.type)
-    if k in _ENUMS:
-        return (k, t.name, t.kflag, t.size, t.items)
-    return (k, t.name)
+# -- the kinds, as dedup sees them ---------------------------------------------
+
+class _Classes:
+    """What dedup asks about kinds, derived once from a registry.
+
+    libbpf treats a few kinds one by one (INT, FLOAT, FWD, TYPEDEF, ARRAY,
+    FUNC_PROTO, DECL_TAG) and two families (STRUCT/UNION, ENUM/ENUM64);
+    the registry says which kinds belong to the families, and places every
+    other kind by its entry: a leaf is a primitive type, compared by all its
+    fields; a kind that is its header and one target is a chain, which a
+    graph walk follows; any other kind that refers to types is compared by
+    all its fields but the ids, then by its targets (``by_layout``).
+    """
+
+    def __init__(self, kinds: KindRegistry) -> None:
+        self.kinds = kinds
+        deduped = [i for i in kinds if i.deduped]
+        self.enums = kinds.enums
+        self.composite = kinds.composite
+        self.never_deduped = kinds.not_deduped
+        self.primitive = kinds.leaf
+        self.one_ref = kinds.one_ref
+        #: Reference kinds that are their header and one target: a graph
+        #: walk follows ``type`` once the headers agree.
+        self.chain = frozenset(i.kind for i in deduped if i.one_ref and not i.fixed)
+        refers = frozenset(i.kind for i in deduped if i.refs or i.entry_type_at is not None)
+        #: Kinds a structural comparison descends into: more than one target.
+        self.graph = frozenset(i.kind for i in deduped
+                               if i.kind in refers and not i.one_ref)
+        #: Kinds libbpf has no rule of its own for.
+        leaves = self.primitive - self.enums - {_INT, _FLOAT, _FWD}
+        self.by_layout = leaves | (refers - self.chain - self.composite
+                                   - {_ARRAY, _FUNC_PROTO, _DECL_TAG})
+        #: Kinds the base's groups (``coarse_of_head``) tell apart by kind
+        #: and name alone.
+        self.by_name = self.by_layout | {_FWD, _TYPEDEF}
+        self.coarse_of_head = self._coarse_getters(kinds)
+        self.shape = self._shape_function()
+        self.children = self._children_function()
+
+    def _coarse_getters(self, kinds: KindRegistry) -> list[Callable[[Head], object] | None]:
+        """Per kind number, what groups a base type for ``_BaseCandidates``
+        (None: never in the table): an enum's name alone (all its key has;
+        the enums match each other); kind and name, and the size and member
+        count of what has a size, the targets of a reference, an array's
+        element count.  Head fields: kind, name, size or type, vlen, detail."""
+        getters: list[Callable[[Head], object] | None] = [None] * (MAX_KIND_NUMBER + 1)
+        for info in kinds:
+            k = info.kind
+            if k in self.never_deduped or k is _UNKN:
+                continue
+            if k in self.enums:
+                getters[k] = itemgetter(1)
+            elif k in self.by_name:
+                getters[k] = itemgetter(0, 1)
+            elif k in self.composite:
+                getters[k] = itemgetter(0, 1, 2, 3)
+            elif k is _ARRAY or k is _FUNC_PROTO:
+                getters[k] = itemgetter(0, 1, 2, 4)
+            else:                       # INT and FLOAT: the size; the others: the target
+                getters[k] = itemgetter(0, 1, 2)
+        return getters
+
+    def _shape_function(self) -> Callable[[BtfType], tuple]:
+        composite, chain, enums, by_layout = self.composite, self.chain, self.enums, self.by_layout
+
+        def shape(t: BtfType) -> tuple:
+            """All a graph walk compares of ``t`` but the ids it refers to."""
+            k = t.kind
+            if k in composite:
+                return (k, t.name, t.kflag, t.size,
+                        tuple([(m.name, m.bit_offset, m.bitfield_size) for m in t.items]))
+            if k in chain:
+                return (k, t.name, t.kflag, t.linkage)
+            if k is _ARRAY:
+                return (k, t.name, t.kflag, t.nelems)
+            if k is _FUNC_PROTO:
+                return (k, t.name, t.kflag, tuple([p.name for p in t.items]))
+            if k is _INT:
+                return (k, t.name, t.kflag, t.size, t.encoding, t.bit_offset, t.bits)
+            if k is _FLOAT:
+                return (k, t.name, t.kflag, t.size)
+            if k is _FWD:
+                return (k, t.name, t.kflag, t.type)
+            if k in enums:
+                return (k, t.name, t.kflag, t.size, t.items)
+            if k in by_layout:
+                return (k, t.name, _without_ids(t))
+            return (k, t.name)
+        return shape
+
+    def _children_function(self) -> Callable[[BtfType], tuple[int, ...]]:
+        chain, composite, primitive = self.chain, self.composite, self.primitive
+        by_layout = self.by_layout & self.graph
+
+        def children(t: BtfType) -> tuple[int, ...]:
+            """Referenced ids, in the order a graph walk compares them."""
+            k = t.kind
+            if k in chain:
+                return (t.type,)
+            if k is _ARRAY:
+                return (t.index_type, t.type)
+            if k in composite:
+                return tuple([m.type for m in t.items])
+            if k is _FUNC_PROTO:
+                return (t.type, *[p.type for p in t.items])
+            if k in primitive:
+                return ()
+            if k in by_layout:
+                return t.refs()
+            raise BtfError(f'a struct or union graph reaches a {k.name}')
+        return children
 
 
-def _children(t: BtfType) -> tuple[int, ...]:
-    """Referenced ids, in the order a graph walk compares them."""
-    k = t.kind
-    if k in _CHAIN:
-        return (t.type,)
-    if k is _ARRAY:
-        return (t.index_type, t.type)
-    if k in _COMPOSITE:
-        return tuple([m.type for m in t.items])
-    if k is _FUNC_PROTO:
-        return (t.type, *[p.type for p in t.items])
-    if k in _PRIMITIVE:
-        return ()
-    raise BtfError(f'a struct or union graph reaches a {k.name}')
+@functools.cache
+def _classes(kinds: KindRegistry) -> _Classes:
+    return _Classes(kinds)
+
+
+def _without_ids(t: BtfType) -> tuple:
+    """Everything that makes ``t`` what it is but the ids it refers to."""
+    c = t.copy()
+    c.remap(_zero)
+    return c.key()
+
+
+def _zero(_type_id: int) -> int:
+    return 0
 
 
 def _identity(type_id: int) -> int:
@@ -204,7 +286,7 @@ def _growth_points(adds: int) -> list[int]:
 
 
 class BaseGroups(Protocol):
-    """The base types of a split dedup grouped by ``_COARSE_OF_HEAD``: what
+    """The base types of a split dedup grouped by ``_Classes.coarse_of_head``: what
     ``_BaseCandidates`` loads a group at a time.  ``HeadGroups`` computes
     them from the base's heads; a persistent index of the base can hold
     them instead (``linkdedup/base_index.py``)."""
@@ -222,12 +304,12 @@ class BaseGroups(Protocol):
 class HeadGroups:
     """``BaseGroups`` from the head of every base type."""
 
-    def __init__(self, heads: list[Head]) -> None:
+    def __init__(self, heads: list[Head], kinds: KindRegistry = KINDS) -> None:
         # A group is its first id, and a list of all of them when it has more.
         self._firsts: dict[object, int] = {}
         self._more: dict[object, list[int]] = {}
         self.skipped: list[int] = []
-        firsts, more, getters = self._firsts, self._more, _COARSE_OF_HEAD
+        firsts, more, getters = self._firsts, self._more, _classes(kinds).coarse_of_head
         for i in range(1, len(heads)):
             h = heads[i]
             coarse = getters[h[0]]
@@ -257,7 +339,7 @@ class _BaseCandidates(_Candidates):
     DATASECs) had been added first, in id order, as libbpf does.
 
     The base types are grouped by a coarse key that their heads give
-    (``_COARSE_OF_HEAD``) and that the table key of any type equal to them
+    (``_Classes.coarse_of_head``) and that the table key of any type equal to them
     gives too (``_Dedup._coarse_of_key``).  A group goes into the table when
     a key of it is first looked up: its types are parsed then, and each
     key's ids put in the order the adds and growths before would have left
@@ -330,49 +412,28 @@ class SplitBase(Protocol):
 
 
 class HeadsBase:
-    """``SplitBase`` from the head of every base type (``Btf.heads``)."""
+    """``SplitBase`` from the head of every base type (``Btf.heads``);
+    ``kinds`` is the registry of the kinds the base holds."""
 
-    def __init__(self, base: Btf) -> None:
+    def __init__(self, base: Btf, kinds: KindRegistry = KINDS) -> None:
         self.heads = _all_heads(base)
+        self._registry = kinds
         self._composites: dict[str, int] | None = None
 
     def kinds(self) -> list[Kind]:
         return [h[0] for h in self.heads]
 
     def groups(self) -> HeadGroups:
-        return HeadGroups(self.heads)
+        return HeadGroups(self.heads, self._registry)
 
     def composite(self, name: str) -> int | None:
         if self._composites is None:
             self._composites = {}
+            composite = self._registry.composite
             for i, h in enumerate(self.heads):
-                if h[0] in _COMPOSITE:
+                if h[0] in composite:
                     self._composites[h[1]] = 0 if h[1] in self._composites else i
         return self._composites.get(name)
-
-
-def _coarse_getters() -> list[Callable[[Head], object] | None]:
-    """Per kind number, what groups a base type for ``_BaseCandidates``
-    (None: never in the table): an enum's name alone (all its key has; ENUM
-    and ENUM64 match each other); kind and name, and the size and member
-    count of what has a size, the targets of a reference, an array's
-    element count.  Head fields: kind, name, size or type, vlen, detail."""
-    getters: list[Callable[[Head], object] | None] = [None] * (max(Kind) + 1)
-    for k in Kind:
-        if k in _ENUMS:
-            getters[k] = itemgetter(1)
-        elif k is _FWD or k is _TYPEDEF:
-            getters[k] = itemgetter(0, 1)
-        elif k in _COMPOSITE:
-            getters[k] = itemgetter(0, 1, 2, 3)
-        elif k is _ARRAY or k is _FUNC_PROTO:
-            getters[k] = itemgetter(0, 1, 2, 4)
-        elif k not in _NEVER_DEDUPED and k is not _UNKN:
-            getters[k] = itemgetter(0, 1, 2)
-    return getters
-
-
-_COARSE_OF_HEAD = _coarse_getters()
 
 
 # -- the passes -------------------------------------------------------------------
@@ -382,13 +443,19 @@ class _Dedup:
     canonical id (libbpf's ``d->map``, negative while unprocessed);
     ``hypot`` maps canonical to candidate ids during one graph walk."""
 
-    def __init__(self, btf: Btf, libbpf_1_1: bool, split_base: SplitBase | None) -> None:
+    def __init__(self, btf: Btf, libbpf_1_1: bool, split_base: SplitBase | None,
+                 kinds: KindRegistry = KINDS) -> None:
         self.btf = btf
         self.legacy = libbpf_1_1
         self.start = start = btf.start_id
         own = btf.types
+        # The kind classes, looked up here once rather than per type.
+        self.classes = c = _classes(kinds)
+        self.enum_kinds, self.composite, self.chain = c.enums, c.composite, c.chain
+        self.by_layout = c.by_layout
+        self.shape, self.children_of = c.shape, c.children
         #: Kinds whose table key is their shape.
-        self.shaped = _PRIMITIVE | _COMPOSITE | (set() if libbpf_1_1 else {_TYPEDEF})
+        self.shaped = c.primitive | c.composite | (set() if libbpf_1_1 else {_TYPEDEF})
         self.shape_ids: dict[tuple, int] = {}
         self.shapes: list[tuple] = []
         if btf.base is None:
@@ -396,11 +463,12 @@ class _Dedup:
             self.kinds = [t.kind for t in own]
         else:
             self.types = [None] * start + own
-            self.base = split_base or HeadsBase(btf.base)
+            self.base = split_base or HeadsBase(btf.base, c.kinds)
             self.kinds = self.base.kinds() + [t.kind for t in own]
         n = len(self.types)
         own_ids = enumerate(own if btf.base is not None else own[1:], start)
-        self.map = list(range(start)) + [i if t.kind in _NEVER_DEDUPED else _UNPROCESSED
+        never = c.never_deduped
+        self.map = list(range(start)) + [i if t.kind in never else _UNPROCESSED
                                          for i, t in own_ids]
         self.hypot: dict[int, int] = {}
         self.adjust_canon = False
@@ -432,10 +500,10 @@ class _Dedup:
         return i
 
     def sid(self, i: int) -> int:
-        """Shape id: equal for types of equal ``_shape``."""
+        """Shape id: equal for types of equal ``shape``."""
         s = self.sids[i]
         if s < 0:
-            shape = _shape(self.type(i))
+            shape = self.shape(self.type(i))
             s = self.shape_ids.get(shape)
             if s is None:
                 s = self.shape_ids[shape] = len(self.shapes)
@@ -446,14 +514,14 @@ class _Dedup:
     def kids(self, i: int) -> tuple[int, ...]:
         c = self.children[i]
         if c is None:
-            c = self.children[i] = _children(self.type(i))
+            c = self.children[i] = self.children_of(self.type(i))
         return c
 
     def key(self, i: int, ref: Resolve) -> Key:
         """Table key: shape for what graph walks compare, the name for an
         enum (forwards match full enums), else header and targets."""
         k = self.kinds[i]
-        if k in _ENUMS:
+        if k in self.enum_kinds:
             return (_ENUM, self.type(i).name)
         if k in self.shaped:
             return self.sid(i)
@@ -465,7 +533,7 @@ class _Dedup:
         libbpf's order (element before index)."""
         m = self.map
         k = t.kind
-        if k in _CHAIN:
+        if k in self.chain:
             x = t.type
             return (k, t.name, t.kflag, t.linkage, x if m[x] == x else ref(x))
         if k is _FUNC_PROTO:
@@ -481,6 +549,9 @@ class _Dedup:
         if k is _DECL_TAG:
             x = t.type
             return (k, t.name, t.kflag, t.component_idx, x if m[x] == x else ref(x))
+        if k in self.by_layout:
+            return (k, t.name, _without_ids(t),
+                    tuple([x if m[x] == x else ref(x) for x in t.refs()]))
         raise BtfError(f'cannot deduplicate a type of kind {k.name}')
 
     def _base_key(self, i: int) -> Key:
@@ -488,19 +559,20 @@ class _Dedup:
         return self.key(i, _identity)
 
     def _coarse_of_key(self, key: Key) -> object:
-        """How ``_COARSE_OF_HEAD`` groups the base types of table key ``key``."""
+        """How ``coarse_of_head`` groups the base types of table key ``key``."""
+        by_name = self.classes.by_name
         if key.__class__ is int:
             shape = self.shapes[key]
             k = shape[0]
-            if k is _FWD or k is _TYPEDEF:
+            if k in by_name:
                 return (k, shape[1])
-            if k in _COMPOSITE:
+            if k in self.composite:
                 return (k, shape[1], shape[3], len(shape[4]))
             return (k, shape[1], shape[3])          # INT, FLOAT: the size
         k = key[0]
         if k is _ENUM:
             return key[1]
-        if k is _TYPEDEF:
+        if k in by_name:                            # TYPEDEF (libbpf 1.1), kinds by layout
             return key[:2]
         if k is _ARRAY:
             return (k, key[1], key[4], key[3])
@@ -535,11 +607,12 @@ class _Dedup:
 
     def prim_types(self) -> None:
         kinds, sid, table = self.kinds, self.sid, self.table
+        enums, primitive = self.enum_kinds, self.classes.primitive
         for i in range(self.start, len(kinds)):
             k = kinds[i]
-            if k in _ENUMS:
+            if k in enums:
                 self._prim_enum(i)
-            elif k in _PRIMITIVE:
+            elif k in primitive:
                 self.map[i] = table.first_or_add(sid(i), i)
 
     def _prim_enum(self, i: int) -> None:
@@ -576,7 +649,7 @@ class _Dedup:
 
     def struct_types(self) -> None:
         kinds = self.kinds
-        walked = _COMPOSITE if self.legacy else _COMPOSITE | {_TYPEDEF}
+        walked = self.composite if self.legacy else self.composite | {_TYPEDEF}
         for i in range(self.start, len(kinds)):
             if kinds[i] in walked and self.map[i] < 0:
                 self._struct_type(i)
@@ -660,7 +733,7 @@ class _Dedup:
             if canon < self.start:
                 self.adjust_canon = True     # would resolve a base FWD
             return True
-        return ka is kb and ka in _ENUMS and _enum_fwd_match(a, b)
+        return ka is kb and ka in self.enum_kinds and _enum_fwd_match(a, b)
 
     def _identical(self, id1: int, id2: int) -> bool:
         """Whether the two candidate types one canonical type met are the
@@ -671,17 +744,17 @@ class _Dedup:
 
     def _identical_types(self, id1: int, id2: int, depth: int) -> bool:
         """Structurally the same type, looking ``depth`` levels deep."""
-        kinds, sid = self.kinds, self.sid
-        while kinds[id1] in _CHAIN and sid(id1) == sid(id2):
+        kinds, sid, c = self.kinds, self.sid, self.classes
+        while kinds[id1] in c.chain and sid(id1) == sid(id2):
             id1, id2 = self.type(id1).type, self.type(id2).type
         k = kinds[id1]
         if depth <= 0 or k is not kinds[id2]:
             return False
         if k is _UNKN:
             return True
-        if k in _ENUMS:
+        if k in c.enums:
             return sid(id1) == sid(id2) or _enum_fwd_match(self.type(id1), self.type(id2))
-        if k not in _PRIMITIVE and k not in _GRAPH:
+        if k not in c.primitive and k not in c.graph:
             return False
         return sid(id1) == sid(id2) and all(
             x == y or self._identical_types(x, y, depth - 1)
@@ -695,7 +768,7 @@ class _Dedup:
     def _identical_structs(self, id1: int, id2: int) -> bool:
         """libbpf 1.1: two structs (unions) whose members are the same ids,
         identical arrays or identical structs."""
-        if self.kinds[id1] not in _COMPOSITE or self.sid(id1) != self.sid(id2):
+        if self.kinds[id1] not in self.composite or self.sid(id1) != self.sid(id2):
             return False
         return all(x == y or self._identical_arrays(x, y) or self._identical_structs(x, y)
                    for x, y in zip(self.kids(id1), self.kids(id2)))
@@ -703,7 +776,7 @@ class _Dedup:
     def _merge_hypot(self) -> None:
         """Keep what an equivalent walk learnt: FWD resolutions, and the
         structs of the candidate graph that now have a canonical match."""
-        m, kinds = self.map, self.kinds
+        m, kinds, composite = self.map, self.kinds, self.composite
         adjust = self.adjust_canon
         for c_id, t_id in self.hypot.items():
             j = m[t_id]
@@ -722,12 +795,13 @@ class _Dedup:
                 continue
             elif tk is _FWD:
                 m[t_id] = c_id
-            elif tk in _COMPOSITE and m[c_id] >= 0 and m[t_id] < 0:
+            elif tk in composite and m[c_id] >= 0 and m[t_id] < 0:
                 m[t_id] = c_id
 
     def resolve_fwds(self) -> None:
         """Map each FWD still canonical to the one struct/union of its name."""
         kinds, types, m, start = self.kinds, self.types, self.map, self.start
+        composite = self.composite
         fwds = [i for i in range(start, len(kinds)) if kinds[i] is _FWD and m[i] == i]
         if not fwds:
             return
@@ -735,7 +809,7 @@ class _Dedup:
         # enums of the base ever map elsewhere.
         own: dict[str, int] = {}
         for i in range(start, len(kinds)):
-            if kinds[i] in _COMPOSITE and m[i] == i:
+            if kinds[i] in composite and m[i] == i:
                 name = types[i].name
                 own[name] = 0 if name in own else i
         for i in fwds:
@@ -785,14 +859,14 @@ class _Dedup:
             final[i] = new_id[self.resolve(i)]
         if -1 in final:
             raise BtfError('a type resolves to a type that has no canonical copy')
-        types, remap = self.types, final.__getitem__
+        types, remap, one_ref = self.types, final.__getitem__, self.classes.one_ref
         params: dict[Param, Param] = {}     # the kernel's prototypes share many
         out = [VOID]
         for i in kept:
             t = types[i]
             c = t.copy()
             k = t.kind
-            if k in _ONE_REF:
+            if k in one_ref:
                 c.type = final[t.type]
             elif k is _FUNC_PROTO:
                 c.type = final[t.type]
