@@ -20,9 +20,13 @@ UNMERGEABLE.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from hashlib import blake2b
 
-from .kinds import KINDS, Kind
+from .kinds import (
+    KINDS, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
+)
 from .types import Btf, BtfType
 
 #: The version of the hashing below, recorded in every object's
@@ -32,24 +36,36 @@ from .types import Btf, BtfType
 #: other BTF, and asks for the stale objects to be rebuilt.
 HASH_SCHEME = 2
 UNMERGEABLE = 1
-_AGGREGATES = KINDS.composite
-_ENUMS = KINDS.enums
-_UNMERGED_KINDS = KINDS.not_deduped
 _IN_PROGRESS = -1
 
 
-def named_aggregate(t: BtfType) -> str | None:
-    """'struct NAME', 'union NAME' or 'enum NAME' for a type that dedup
-    matches by name (a named struct, union, enum, or a FWD), else None."""
-    if not t.name:
+@functools.cache
+def aggregate_namer(kinds: KindRegistry) -> Callable[[BtfType], str | None]:
+    """``named_aggregate`` for the kinds of registry ``kinds``: a kind of
+    the STRUCT/UNION family is called by its own name ('union NAME'), the
+    ENUM family all 'enum NAME'."""
+    composite, enums = kinds.composite, kinds.enums
+    prefixes = {k: kinds[k].name.lower() + ' ' for k in composite}
+
+    def named(t: BtfType) -> str | None:
+        if not t.name:
+            return None
+        k = t.kind
+        if k in composite:
+            return prefixes[k] + t.name
+        if k is _FWD:
+            return ('union ' if t.fwd_union else 'struct ') + t.name
+        if k in enums:
+            return 'enum ' + t.name
         return None
-    if t.kind in _AGGREGATES:
-        return ('union ' if t.kind is Kind.UNION else 'struct ') + t.name
-    if t.kind is Kind.FWD:
-        return ('union ' if t.fwd_union else 'struct ') + t.name
-    if t.kind in _ENUMS:
-        return 'enum ' + t.name
-    return None
+    return named
+
+
+#: 'struct NAME', 'union NAME' or 'enum NAME' for a type that dedup matches
+#: by name (a named struct, union, enum, or a FWD), else None.
+named_aggregate = aggregate_namer(KINDS)
+_AGGREGATES = KINDS.composite
+_ENUMS = KINDS.enums
 
 
 def is_definition(t: BtfType) -> bool:
@@ -57,32 +73,47 @@ def is_definition(t: BtfType) -> bool:
     return bool(t.name) and (t.kind in _AGGREGATES or (t.kind in _ENUMS and bool(t.items)))
 
 
-def _scalars(t: BtfType) -> str:
-    """A type's own fields, without the ids it refers to, as one string."""
-    k = t.kind
-    if k in _AGGREGATES:
-        items = '\x1e'.join(f'{m.name}\x1f{m.bit_offset}\x1f{m.bitfield_size}' for m in t.items)
-    elif k is Kind.FUNC_PROTO:
-        items = '\x1e'.join(p.name for p in t.items)
-    elif k is Kind.DATASEC:
-        # Not the offsets: ld relocates them, and a link that hashes blobs
-        # itself (linkdedup/rehash.py) must get the hashes the encoder gave.
-        items = '\x1e'.join(str(v.size) for v in t.items)
-    elif t.items:
-        items = '\x1e'.join(f'{v.name}\x1f{v.value}' for v in t.items)
-    else:
-        items = ''
-    return (f'{int(k)}\x1f{t.name}\x1f{t.size}\x1f{t.kflag}\x1f{t.encoding}\x1f'
-            f'{t.bit_offset}\x1f{t.bits}\x1f{t.nelems}\x1f{t.linkage}\x1f{t.component_idx}'
-            f'\x1d{items}')
+@functools.cache
+def _scalar_writer(kinds: KindRegistry) -> Callable[[BtfType], str]:
+    """``scalars(t)`` for the kinds of registry ``kinds``: a type's own
+    fields, without the ids it refers to, as one string."""
+    composite, enums, entry_type_at = kinds.composite, kinds.enums, kinds.entry_type_at
+
+    def scalars(t: BtfType) -> str:
+        k = t.kind
+        if k in composite:
+            items = '\x1e'.join(f'{m.name}\x1f{m.bit_offset}\x1f{m.bitfield_size}'
+                                for m in t.items)
+        elif k is _FUNC_PROTO:
+            items = '\x1e'.join(p.name for p in t.items)
+        elif k is _DATASEC:
+            # Not the offsets: ld relocates them, and a link that hashes blobs
+            # itself (linkdedup/rehash.py) must get the hashes the encoder gave.
+            items = '\x1e'.join(str(v.size) for v in t.items)
+        elif k in enums:
+            items = '\x1e'.join(f'{v.name}\x1f{v.value}' for v in t.items)
+        elif t.items:               # a kind only its registry entry describes
+            at = entry_type_at.get(k)
+            items = '\x1e'.join('\x1f'.join([str(x) for j, x in enumerate(e) if j != at])
+                                for e in t.items)
+        else:
+            items = ''
+        return (f'{int(k)}\x1f{t.name}\x1f{t.size}\x1f{t.kflag}\x1f{t.encoding}\x1f'
+                f'{t.bit_offset}\x1f{t.bits}\x1f{t.nelems}\x1f{t.linkage}\x1f{t.component_idx}'
+                f'\x1d{items}')
+    return scalars
 
 
 class Hasher:
-    """Hashes every own type of one BTF table (ids local to it)."""
+    """Hashes every own type of one BTF table (ids local to it), whose
+    kinds are those of registry ``kinds``."""
 
-    def __init__(self, btf: Btf):
+    def __init__(self, btf: Btf, kinds: KindRegistry = KINDS):
         self.btf = btf
+        self._scalars = _scalar_writer(kinds)
+        self._unmerged = kinds.not_deduped
         n = btf.next_id
+        named_aggregate = aggregate_namer(kinds)
         names = [None] + [named_aggregate(t) for _, t in btf.own()]
         self.named = bytearray(name is not None for name in names)
         # What a reference to each type contributes: a named aggregate its
@@ -114,8 +145,8 @@ class Hasher:
     def _hash(self, type_id: int) -> None:
         self._state[type_id] = _IN_PROGRESS
         t = self.btf[type_id]
-        parts = [_scalars(t).encode()]
-        flag = UNMERGEABLE if t.kind in _UNMERGED_KINDS else 0
+        parts = [self._scalars(t).encode()]
+        flag = UNMERGEABLE if t.kind in self._unmerged else 0
         named, flags = self.named, self.flags
         for ref in t.refs():
             parts.append(self._token(ref))
@@ -130,6 +161,7 @@ class Hasher:
         self._state[type_id] = 1
 
 
-def type_hashes(btf: Btf) -> tuple[list[int], bytearray]:
-    """(hash, flags) per type id of ``btf`` (index 0, void, is unused)."""
-    return Hasher(btf).run()
+def type_hashes(btf: Btf, kinds: KindRegistry = KINDS) -> tuple[list[int], bytearray]:
+    """(hash, flags) per type id of ``btf`` (index 0, void, is unused);
+    ``kinds`` is the registry of the kinds it holds."""
+    return Hasher(btf, kinds).run()
