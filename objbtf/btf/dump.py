@@ -134,7 +134,16 @@ def _by_layout(btf: Btf, t: BtfType) -> _Details:
     info = info_of(t.kind)
     size = f' size={t.size}' if info.sized else ''
     refs = ''.join(f' {name}_id={getattr(t, name)}' for name in info.refs)
-    return size + refs, []
+    if not info.entry:
+        return size + refs, []
+    return f'{size}{refs} vlen={len(t.items)}', [_entry(e) for e in t.items]
+
+
+def _entry(entry: tuple) -> str:
+    """An entry of a kind only its registry entry describes: its name, type
+    id and other fields as the model names them."""
+    return ' '.join(f"'{_name(v)}'" if f == 'name' else f'type_id={v}' if f == 'type'
+                    else f'{f}={v}' for f, v in zip(entry._fields, entry))
 
 
 _DETAILS: dict[Kind, Callable[[Btf, BtfType], _Details]] = {
