@@ -72,6 +72,7 @@ _SECTIONS = (('kinds', 'B'), ('offsets', 'I'), ('hashes', 'Q'), ('skipped', 'I')
 _HEADER = struct.Struct('=8s32sQ')          # magic, key, number of base ids
 _PLACE = struct.Struct('=QQ')               # a section's offset and length in bytes
 _HEADER_LEN = _HEADER.size + _PLACE.size * len(_SECTIONS)
+#: The kinds section holds kind numbers.
 _KIND_OF = [info.kind if info is not None else None for info in KINDS.by_number]
 
 
@@ -244,8 +245,7 @@ class BaseIndex:
             keys = self._arrays[name + '.k']
             self._tables[name] = (keys, self._arrays[name + '.v'],
                                   65 - len(keys).bit_length(), len(keys) - 1)
-        self.base, self._tdata = _lazy_base(raw, self._arrays['offsets'], self.count, self)
-        self._words = struct.Struct(order_char(self.base.byteorder) + 'II').unpack_from
+        self.base, self._parser = _lazy_base(raw, self._arrays['offsets'], self.count, self)
 
     def _lookup(self, table: str, key: int) -> int | None:
         keys, values, shift, mask = self._tables[table]
@@ -274,12 +274,9 @@ class BaseIndex:
         return first, bool(value & SEVERAL)
 
     def head(self, type_id: int) -> BtfType:
-        """Base type ``type_id`` with only what its first two words say:
-        kind, name, kflag (and vlen as ``linkage``); cheaper than parsing
-        a struct with all its members."""
-        name_off, info = self._words(self._tdata, self._arrays['offsets'][type_id])
-        return BtfType(_KIND_OF[(info >> 24) & 0x1f], self.base.strings[name_off],
-                       kflag=info >> 31, linkage=info & 0xffff)
+        """Base type ``type_id`` with only its kind, name and kind_flag
+        (``TypeParser.shallow``)."""
+        return self._parser.shallow(self._arrays['offsets'][type_id])
 
     # SplitBase
 
@@ -356,15 +353,13 @@ class _Source:
 
 
 def _lazy_base(raw: bytes, offsets: memoryview, count: int,
-               index: BaseIndex) -> tuple[Btf, bytes]:
-    """The base as a lazy table, and its type section."""
+               index: BaseIndex) -> tuple[Btf, TypeParser]:
+    """The base as a lazy table, and the parser of its types."""
     header = BtfHeader.read(raw)
     strings = _IndexedStrings(header.strings(raw))
     strings.index = index
-    tdata = header.types(raw)
-    parser = TypeParser(tdata, order_char(header.order), strings)
-    return (Btf.lazy(count - 1, _Source(parser, offsets), None, header.order, strings),
-            tdata)
+    parser = TypeParser(header.types(raw), order_char(header.order), strings)
+    return Btf.lazy(count - 1, _Source(parser, offsets), None, header.order, strings), parser
 
 
 def load_index(path: str, raw: bytes, key: bytes) -> BaseIndex | None:

@@ -157,7 +157,7 @@ class _Taint:
             return True
         t, b = self.merged[forwards[0]], self.index.head(base_id)
         if t.kind in _ENUMS:             # dedup's enum pass: a forward takes the full enum
-            return not t.items and b.kind in _ENUMS and b.linkage > 0     # its vlen
+            return not t.items and b.kind in _ENUMS and bool(self.index.base[base_id].items)
         if t.kind is not Kind.FWD or b.kind not in _COMPOSITE:
             return False
         # resolve_fwds: the one struct or union of the name, base and module alike.

@@ -104,6 +104,15 @@ class TypeParser:
                 raise BtfError(f'type {type_id} ({kind.name}): reserved bits set in 0x{v:08x}')
         return body(self, kind, name, info >> 31, vlen, st, pos + 12, end), end
 
+    def shallow(self, pos: int) -> BtfType:
+        """The type at byte ``pos`` (of a blob already scanned) with only what
+        its first two words say: kind, name and kind_flag, without its size,
+        targets or entries.  Cheaper than parsing a struct with all its
+        members, for lookups by name."""
+        name_off, info, _ = self._head(self.tdata, pos)
+        return BtfType(self._specs[(info >> 24) & 0x1f][0], self.name[name_off], 0, 0,
+                       info >> 31)
+
     # One per kind: (kind, name, kflag, vlen, header word, where the extra
     # data starts and ends) -> the type.  They give BtfType its fields by
     # position (kind, name, size, type, kflag, encoding, bit_offset, bits,
