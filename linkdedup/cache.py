@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
 
-from objbtf.btf.header import order_char
-from objbtf.btf.kinds import KINDS, SIZE_TYPE_OFFSET, TYPE_HEAD_LEN, Kind
-from objbtf.btf.types import Btf
+from objbtf.btf.kinds import KINDS, TYPE_HEAD_LEN, Kind
+from objbtf.btf.types import Btf, BtfType, VarSecinfo
+from objbtf.btf.writer import rewrite_type
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 
@@ -138,15 +138,12 @@ def replay(link: CachedLink, elf: ElfFile, btf_section: Section, blobs: list[Blo
                                                blobs),
                                lambda k: f"variable {k} of DATASEC '{owners[k].name}'"))
     out = bytearray(link.raw)
-    order = order_char(elf.byteorder)
-    layout = KINDS[Kind.DATASEC]
     for ds in link.datasecs:
         mine = [next(placed) for _ in ds.fields]
         if any(sec.name != ds.name for sec, _ in mine):
             return None
         rows = sorted((off, var, size) for (_, off), (var, size) in zip(mine, ds.vars))
-        struct.pack_into(order + 'I', out, ds.record + SIZE_TYPE_OFFSET, mine[0][0].size)
-        for j, (off, var, size) in enumerate(rows):     # struct btf_var_secinfo
-            struct.pack_into(order + 'III', out, ds.record + layout.entry_offset(j, 'type'),
-                             var, off, size)
+        placed_ds = BtfType(Kind.DATASEC, ds.name, size=mine[0][0].size,
+                            items=tuple([VarSecinfo(var, off, size) for off, var, size in rows]))
+        rewrite_type(out, ds.record, placed_ds, elf.byteorder)
     return bytes(out)

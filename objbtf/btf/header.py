@@ -32,6 +32,12 @@ def magic_order(data: bytes) -> str | None:
     return _MAGIC_BYTES.get(bytes(data[:2]))
 
 
+def header_len(data: bytes, order: str) -> int:
+    """The hdr_len field of a blob of at least 8 bytes in byte order
+    ``order``, as it is (the kernel reads it before anything else)."""
+    return struct.unpack_from(order_char(order) + _LAYOUT[:4], data)[3]
+
+
 @dataclass(frozen=True)
 class BtfHeader:
     """A blob's header; offsets count from the end of the header."""

@@ -26,11 +26,10 @@ which counts Latin-1 letters as letters.
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass
 
 from .errors import BtfError
-from .header import BtfHeader, magic_order, order_char
+from .header import BtfHeader, header_len, magic_order
 from .kinds import BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, KINDS, MAX_RESOLVE_DEPTH, Kind
 from .reader import read_leniently
 from .types import Btf, BtfType, Member, Param, VarSecinfo, VOID
@@ -125,7 +124,7 @@ def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], BtfHeader | 
     order = magic_order(data)
     if order is None:
         return _layout_problem(f'bad magic {bytes(data[:2]).hex()}')
-    (hdr_len,) = struct.unpack_from(order_char(order) + 'I', data, 4)
+    hdr_len = header_len(data, order)
     if hdr_len > size:
         return _layout_problem(f'header length {hdr_len} runs past the {size} bytes of data')
     if hdr_len > BTF_HEADER_LEN and any(data[BTF_HEADER_LEN:hdr_len]):

@@ -14,8 +14,8 @@ from .errors import BtfError
 from .header import BtfHeader
 from .kinds import (
     BTF_ARRAY, BTF_DECL_TAG, BTF_ENUM, BTF_ENUM64, BTF_MEMBER, BTF_PARAM, BTF_VAR,
-    BTF_VAR_SECINFO, INT_DATA, KINDS, LINKAGE, SIZE, TYPE_HEAD_LEN, ZERO, KindInfo,
-    KindRegistry,
+    BTF_VAR_SECINFO, INT_DATA, KINDS, LINKAGE, SIZE, SIZE_TYPE_OFFSET, TYPE_HEAD_LEN, ZERO,
+    KindInfo, KindRegistry,
 )
 from .strings import StringTable
 from .types import Btf, BtfType
@@ -66,15 +66,34 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
                 extra(words, t, strings)
             except _Unfit as err:
                 raise BtfError(f'type {btf.start_id + i} ({k.name} {t.name!r}): {err}') from None
+    types = _word_bytes(words, order)
+    sdata = strings.data()
+    return BtfHeader.for_sections(order, len(types), len(sdata)).pack() + types + sdata
+
+
+def rewrite_type(buf: bytearray, pos: int, t: BtfType, byteorder: str,
+                 kinds: KindRegistry = KINDS) -> None:
+    """Writes ``t``'s size-or-type word and the words after it over the type
+    at byte ``pos`` of ``buf``, in place (a cached link's DATASECs placed
+    anew); its name, kind and vlen stay.  ``t`` has the kind and vlen of the
+    type it replaces, and its entries name no strings."""
+    word, _, extra = _write_specs(kinds)[t.kind]
+    words = [t.type if word == _TYPE_WORD else t.size if word == _SIZE_WORD else 0]
+    if extra is not None:
+        extra(words, t, _NO_STRINGS)
+    start = pos + SIZE_TYPE_OFFSET
+    buf[start:start + 4 * len(words)] = _word_bytes(words, byteorder)
+
+
+def _word_bytes(words: list[int], byteorder: str) -> bytes:
+    """32-bit words in byte order ``byteorder``."""
     try:
         section = array(_U32, words)
     except (OverflowError, TypeError) as err:
         raise BtfError(f'a value does not fit in its 32-bit field: {err}') from None
-    if (order == 'big') != (sys.byteorder == 'big'):
+    if (byteorder == 'big') != (sys.byteorder == 'big'):
         section.byteswap()
-    types = section.tobytes()
-    sdata = strings.data()
-    return BtfHeader.for_sections(order, len(types), len(sdata)).pack() + types + sdata
+    return section.tobytes()
 
 
 class _Unfit(Exception):
@@ -141,6 +160,8 @@ _ENCODERS: dict[tuple[str, ...], Extra] = {
     BTF_VAR_SECINFO: _datasec,
 }
 _U32 = next(code for code in 'IL' if array(code).itemsize == 4)
+#: What ``rewrite_type`` gives the encoders for strings: none to look up.
+_NO_STRINGS: dict[str, int] = {}
 
 
 def encoder(info: KindInfo) -> Extra | None:
