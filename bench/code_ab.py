@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Two checkouts of objbtf on the reference kernel, in turns: the same bytes, and their CPU.
+
+For changes that must alter neither objbtf's output nor its speed.  ``--base
+DIR`` is the other checkout (``git worktree add DIR main``, or ``git archive
+main | tar -x -C DIR``); this script's own is the other side.  Each run is a
+process of its own that imports one checkout and times its work with its own
+CPU clock (user + system, imports left out):
+
+- encode: ``encode_elf`` of every Nth object of the stock build (nothing is
+  written), after one object that warms the imports up;
+- link: ``objbtf link -j 1`` of the temporary vmlinux of an encoded copy of
+  the build (tests/kernel_tree.py, made once, by this checkout);
+- modules: every module's link on that vmlinux's BTF, without and with
+  ``--base-index`` (each checkout's index made by an untimed first pass).
+
+Every run also digests all it produced; the two checkouts must produce the
+same, and each module the same with and without the index.  The checkouts
+take turns (A B, then B A, ...) --rounds times; the report gives each side's
+median and the median and range of the per-turn ratios, with bench/trust.py's
+doubts (the machine's other load among them).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
+PARTS = ('encode', 'link', 'modules')
+
+
+# -- the worker: one checkout, one part -------------------------------------------
+
+def encode_part(build: Path, every: int) -> tuple[dict[str, float], str]:
+    from kernel_tree import objects
+    from objbtf.elf.reader import ElfFile
+    from objbtf.encoder import encode_elf, has_dwarf
+    from objbtf.features import Features
+
+    features = Features()
+    paths = objects(build)[::every]
+    digest = hashlib.sha256()
+
+    def encode(path: Path) -> None:
+        name = str(path.relative_to(build))
+        with ElfFile.open(str(path)) as elf:
+            if not has_dwarf(elf):
+                return
+            enc = encode_elf(elf, features, name)
+        digest.update(repr((name, enc.raw, enc.chunk, sorted(enc.relocs.items()), enc.addrs,
+                            sorted(enc.facts.items()))).encode())
+    encode(paths[0])
+    start = time.process_time()
+    for path in paths:
+        encode(path)
+    return {'encode': time.process_time() - start}, digest.hexdigest()
+
+
+def link_part(tree: Path, work: Path) -> tuple[dict[str, float], str]:
+    from kernel_tree import TMP_VMLINUX
+    from linkdedup.pipeline import link
+    from objbtf.features import Features
+
+    out = work / 'vmlinux.btf'
+    start = time.process_time()
+    link(str(tree / TMP_VMLINUX), features=Features(), output=str(out), jobs=1)
+    cpu = time.process_time() - start
+    return {'link': cpu}, hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def modules_part(tree: Path, base: Path, work: Path) -> tuple[dict[str, float], str]:
+    from linkdedup.pipeline import link
+    from objbtf.features import Features
+
+    features = Features()
+    index = work / 'vmlinux.index'
+    out = work / 'module.btf'
+    digest = hashlib.sha256()
+    cpu = {'modules': 0.0, 'modules --base-index': 0.0}
+
+    def run(ko: Path, part: str) -> bytes:
+        start = time.process_time()
+        link(str(ko), features=features, base_path=str(base), output=str(out),
+             base_index=str(index) if part != 'modules' else None)
+        cpu[part] += time.process_time() - start
+        return out.read_bytes()
+    kos = sorted(tree.rglob('*.ko'))
+    run(kos[0], 'modules --base-index')             # makes this checkout's index
+    cpu['modules --base-index'] = 0.0
+    for ko in kos:
+        raw = run(ko, 'modules')
+        if run(ko, 'modules --base-index') != raw:
+            sys.exit(f'{ko}: the split BTF differs with --base-index')
+        digest.update(raw)
+    return cpu, digest.hexdigest()
+
+
+def worker(args: argparse.Namespace) -> int:
+    sys.path[:0] = [args.code, str(Path(args.code) / 'tests')]
+    work = Path(args.work)
+    if args.worker == 'encode':
+        cpu, digest = encode_part(Path(args.build), args.every)
+    elif args.worker == 'link':
+        cpu, digest = link_part(Path(args.tree), work)
+    else:
+        cpu, digest = modules_part(Path(args.tree), Path(args.vmlinux_btf), work)
+    print(json.dumps({'cpu': cpu, 'digest': digest}))
+    return 0
+
+
+# -- the driver -------------------------------------------------------------------
+
+def describe(code: Path) -> str:
+    r = subprocess.run(['git', '-C', str(code), 'describe', '--always', '--dirty'],
+                       capture_output=True, text=True)
+    return f'{code} ({r.stdout.strip()})' if r.returncode == 0 else str(code)
+
+
+def run_worker(args: argparse.Namespace, part: str, code: Path, work: Path, build: Path,
+               tree: Path) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), '--worker', part, '--code', str(code),
+           '--work', str(work), '--build', str(build), '--tree', str(tree),
+           '--every', str(args.every), '--vmlinux-btf', str(tree.parent / 'vmlinux.btf')]
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    env['OBJBTF_RESIDENT'] = '0'
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit(f'{part} with {code} failed:\n{r.stderr}')
+    return json.loads(r.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--base', help='the checkout to compare this one with')
+    ap.add_argument('--every', type=int, default=14, help='encode every Nth object (default 14: 63 of them)')
+    ap.add_argument('--rounds', type=int, default=5)
+    ap.add_argument('--parts', default=','.join(PARTS), help='of ' + ','.join(PARTS))
+    ap.add_argument('--work', help='keep the encoded tree in this directory (made if '
+                                   'missing); default: a temporary one')
+    ap.add_argument('--no-record', action='store_true')
+    for hidden in ('--worker', '--code', '--build', '--tree', '--vmlinux-btf'):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if not args.base:
+        ap.error('--base is required')
+    parts = args.parts.split(',')
+    if set(parts) - set(PARTS):
+        ap.error(f'--parts: of {",".join(PARTS)}')
+    sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / 'tests')]
+    from accounting import machine_cpu, tree_cpu
+    from kernel_tree import TMP_VMLINUX, encoded_tree, objects
+    from results import record
+    from trust import doubts, paired_ratio
+
+    build = Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True, capture_output=True,
+                                text=True).stdout.strip())
+    sides = {'base': Path(args.base).resolve(), 'this': HERE.parent}
+    for code in sides.values():     # byte-compiled, as an installed objbtf is
+        subprocess.run([sys.executable, '-m', 'compileall', '-q', str(code / 'objbtf'),
+                        str(code / 'linkdedup')], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.work or tmp)
+        tree = work / 'build'
+        if {'link', 'modules'} & set(parts):
+            if not (tree / TMP_VMLINUX).exists():
+                print('preparing an encoded copy of the kernel tree...', file=sys.stderr)
+                encoded_tree(build, tree)
+            if 'modules' in parts:
+                from linkdedup.pipeline import link
+                from objbtf.features import Features
+                link(str(tree / TMP_VMLINUX), features=Features(),
+                     output=str(work / 'vmlinux.btf'))
+        cpu: dict[str, dict[str, list[float]]] = {s: {} for s in sides}
+        digests: dict[str, set[str]] = {}
+        others = wall = 0.0
+        for r in range(args.rounds):
+            order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+            for part in parts:
+                for side in order:
+                    (work / side).mkdir(exist_ok=True)
+                    t0, c0, m0 = time.monotonic(), tree_cpu(), machine_cpu()
+                    out = run_worker(args, part, sides[side], work / side, build, tree)
+                    dt, dc = time.monotonic() - t0, tree_cpu() - c0
+                    wall += dt
+                    others += machine_cpu() - m0 - dc
+                    for name, seconds in out['cpu'].items():
+                        cpu[side].setdefault(name, []).append(seconds)
+                    digests.setdefault(part, set()).add(out['digest'])
+                print(f'round {r + 1}: {part} done', file=sys.stderr)
+        others_share = others / (wall * len(os.sched_getaffinity(0)))
+        count = len(objects(build)[::args.every])
+    differ = [part for part, found in digests.items() if len(found) != 1]
+    lines = [f'this: {describe(sides["this"])}; base: {describe(sides["base"])}',
+             f'{args.rounds} rounds in turns; encode: one object in {args.every} ({count}); '
+             f'CPU of the work in each run\'s own process',
+             f'{"":22} {"base":>8} {"this":>8}  this / base',]
+    found = []
+    for name in cpu['this']:
+        ratio = paired_ratio(cpu['base'][name], cpu['this'][name])
+        lines.append(f'{name:22} {statistics.median(cpu["base"][name]):7.2f}s '
+                     f'{statistics.median(cpu["this"][name]):7.2f}s  {ratio}')
+        found += [f'{name}: {d}' for d in doubts(ratio, others_share)]
+    lines.append('bytes: ' + (f'DIFFERENT in {", ".join(differ)}' if differ else
+                              f'the same in every run ({", ".join(parts)})'))
+    lines.append(f'others used {100 * others_share:.0f}% of the machine\'s CPU; load average '
+                 f'{os.getloadavg()[0]:.1f} at the end')
+    lines += [f'doubt: {d}' for d in dict.fromkeys(found)]
+    report = '\n'.join(lines)
+    print(report)
+    if not args.no_record:
+        record('code A/B', report)
+    return 1 if differ else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
