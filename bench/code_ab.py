@@ -142,7 +142,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--base', help='the checkout to compare this one with')
-    ap.add_argument('--every', type=int, default=14, help='encode every Nth object (default 14: 63 of them)')
+    ap.add_argument('--every', type=int, default=14,
+                    help='encode every Nth object (default 14: 63 of them)')
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--parts', default=','.join(PARTS), help='of ' + ','.join(PARTS))
     ap.add_argument('--work', help='keep the encoded tree in this directory (made if '
