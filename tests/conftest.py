@@ -155,7 +155,6 @@ def kbuild_6_1_s390x(tmp_path_factory):
 #: run (marker -> what it builds); each runs with ``--build MARKER``.
 OPT_IN_BUILDS = {
     's390x': 'Linux for s390x (big-endian), cross-compiled',
-    'dwarfless': 'the DWARF-less 6.1 build (OBJBTF_GBTF=1)',
 }
 
 

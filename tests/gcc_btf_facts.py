@@ -17,7 +17,12 @@ The differences (README: from the compiler's BTF):
   assembly files, to which gas's DWARF gives a FUNC with an empty
   prototype on the DWARF path, have none; and a C function that also has
   an assembly definition (``__iowrite32_copy``: a weak C one) keeps its
-  FUNC, which the DWARF path drops for its two prototypes.
+  FUNC, which the DWARF path drops for its two prototypes;
+- GCC's BTF has no parameter locations and one prototype per function, so
+  the functions the DWARF path's link drops for facts only DWARF has
+  (``unexpected_reg``, ``uncertain_parm_loc``, and definitions of one name
+  in one object whose prototypes differ, as a clone's DIE gives) keep their
+  FUNC: ``dwarf_only_drops`` reads those names from the DWARF path's chunks.
 """
 from __future__ import annotations
 
@@ -87,6 +92,17 @@ def function_symbols(path) -> set[str]:
         return {s.name for s in elf.symbols() if s.type == 2 and s.shndx}
 
 
+def dwarf_only_drops(linked) -> set[str]:
+    """The function names the link drops for facts that only the DWARF of
+    the objects linked into ``linked`` gives (their chunks' facts)."""
+    from linkdedup.functions import merged_facts
+    from objbtf.btf.chunk import SECTION, split_chunks
+    from objbtf.functions import DROPPING_FACTS
+    with ElfFile.open(str(linked)) as elf:
+        chunks = split_chunks(elf.section_data(elf.section_by_name(SECTION)), elf.byteorder)
+    return {name for name, flags in merged_facts(chunks).items() if flags & DROPPING_FACTS}
+
+
 def expected_from_dwarf(dwarf: Btf) -> Btf:
     """The DWARF path's BTF without what GCC's BTF cannot hold of enums,
     deduplicated again by libbpf."""
@@ -94,10 +110,11 @@ def expected_from_dwarf(dwarf: Btf) -> Btf:
 
 
 def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
-                functions: set[str]) -> list[str]:
+                functions: set[str], dwarf_drops: set[str] = frozenset()) -> list[str]:
     """How ``ours`` (from GCC's BTF) differs from ``dwarf`` (the DWARF path's,
     same objects) beyond the derived differences; ``functions``: the defined
-    function symbols of the objects."""
+    function symbols of the objects; ``dwarf_drops``: ``dwarf_only_drops``
+    of the DWARF path's link."""
     expected = expected_from_dwarf(dwarf)
     problems = []
     extra_named = named_types(ours) - named_types(expected)
@@ -115,7 +132,7 @@ def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
     defined, in_asm = set(facts['defined']), set(facts['asm functions'])
     if missing - in_asm:
         problems.append(f'FUNCs missing, not of assembly: {sorted(missing - in_asm)[:10]}')
-    allowed = (functions - defined - in_asm) | (defined & in_asm)
+    allowed = (functions - defined - in_asm) | (defined & in_asm) | dwarf_drops
     if extra - allowed:
         problems.append(f'FUNCs for functions the DWARF defines: {sorted(extra - allowed)[:10]}')
     mine, other = kind_counts(ours), kind_counts(expected)

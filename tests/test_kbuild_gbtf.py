@@ -17,7 +17,7 @@ import pytest
 
 from btf_shapes import lost_enumerators
 from conftest import need, objbtf, run
-from gcc_btf_facts import dwarf_facts, function_symbols, summed, unexplained
+from gcc_btf_facts import dwarf_facts, dwarf_only_drops, function_symbols, summed, unexplained
 from kbuild_tree import assert_valid_split_btf, sections
 from kernel_tree import TMP_VMLINUX
 from objbtf.btf import Btf, parse_btf
@@ -111,12 +111,13 @@ def reference_facts(kernel_build) -> dict[str, Counter]:
         return summed(pool.map(dwarf_facts, members, chunksize=16))
 
 
-def test_same_btf_as_the_dwarf_path(gbtf_build, dwarf_btf, reference_facts):
+def test_same_btf_as_the_dwarf_path(gbtf_build, dwarf_btf, reference_facts, encoded_kernel):
     """The DWARF-less vmlinux has the DWARF path's types but for what GCC 12's
     BTF lacks or adds (gcc_btf_facts), each derived from the DWARF build;
     the fixtures' enums show the enumerator loss is there to derive."""
     _, build = gbtf_build
     ours = vmlinux_btf(build)
     assert lost_enumerators(dwarf_btf) and not lost_enumerators(ours)
-    problems = unexplained(ours, dwarf_btf, reference_facts, function_symbols(build / 'vmlinux'))
+    problems = unexplained(ours, dwarf_btf, reference_facts, function_symbols(build / 'vmlinux'),
+                           dwarf_only_drops(encoded_kernel / TMP_VMLINUX))
     assert problems == []
