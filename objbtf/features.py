@@ -12,6 +12,19 @@ class Features:
     """Which BTF features to encode; each one is a boolean attribute."""
     NAMES = DEFAULT + OPTIONAL
     __slots__ = NAMES
+    # The slots, spelled out for type checkers (and mypyc, see README).
+    encode_force: bool
+    var: bool
+    float: bool
+    decl_tag: bool
+    type_tag: bool
+    enum64: bool
+    optimized_func: bool
+    consistent_func: bool
+    decl_tag_kfuncs: bool
+    global_var: bool
+    reproducible_build: bool
+    distilled_base: bool
 
     def __init__(self, **on: bool):
         unknown = set(on) - set(self.NAMES)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from hashlib import blake2b
+from typing import Final
 
 from .kinds import (
     KINDS, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
@@ -34,9 +35,9 @@ from .types import Btf, BtfType
 #: ``type_hashes`` return other hashes or flags for the same BTF: the link
 #: refuses to merge hashes of different schemes, which would silently give
 #: other BTF, and asks for the stale objects to be rebuilt.
-HASH_SCHEME = 2
-UNMERGEABLE = 1
-_IN_PROGRESS = -1
+HASH_SCHEME: Final = 2
+UNMERGEABLE: Final = 1
+_IN_PROGRESS: Final = -1
 
 
 @functools.cache
@@ -64,8 +65,8 @@ def aggregate_namer(kinds: KindRegistry) -> Callable[[BtfType], str | None]:
 #: 'struct NAME', 'union NAME' or 'enum NAME' for a type that dedup matches
 #: by name (a named struct, union, enum, or a FWD), else None.
 named_aggregate = aggregate_namer(KINDS)
-_AGGREGATES = KINDS.composite
-_ENUMS = KINDS.enums
+_AGGREGATES: Final = KINDS.composite
+_ENUMS: Final = KINDS.enums
 
 
 def is_definition(t: BtfType) -> bool:
@@ -140,7 +141,9 @@ class Hasher:
             self.flags[type_id] |= UNMERGEABLE
             return b'H' + type_id.to_bytes(8, 'little')
         self._hash(type_id)
-        return self.tokens[type_id]
+        token = self.tokens[type_id]
+        assert token is not None        # _hash gives every unnamed type its token
+        return token
 
     def _hash(self, type_id: int) -> None:
         self._state[type_id] = _IN_PROGRESS

@@ -54,13 +54,14 @@ class StringReader(dict):
         super().__init__()
         self.data = data
         self.base = base
-        self.start = base.end if base is not None else 0
-        self.end = self.start + len(data)
+        self.start: int = base.end if base is not None else 0
+        self.end: int = self.start + len(data)
         self._firsts: dict | None = None
         self._ascii = True
 
     def __missing__(self, off: int) -> str:
         if off < self.start:
+            assert self.base is not None        # only split strings start past 0
             s = self.base[off]
         else:
             pos = off - self.start
@@ -106,7 +107,7 @@ class StringReader(dict):
         parts = self.data.split(b'\0')[:-1]     # the last piece has no NUL
         pairs = zip(reversed(parts), reversed(_starts(parts, self.start)))  # the first wins
         if not self._ascii:
-            pairs = ((p.decode('utf-8', 'replace'), off) for p, off in pairs)
+            return {p.decode('utf-8', 'replace'): off for p, off in pairs}
         return dict(pairs)
 
 

@@ -8,11 +8,10 @@ two types can be compared and hashed cheaply by ``BtfType.key()``.
 from __future__ import annotations
 
 import gc
-from collections import namedtuple
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import count
-from typing import Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from .kinds import (
     BITFIELD, KINDS, LINKAGE, SIGNED, UNION_FWD, Kind, info_of, ARRAY as _ARRAY,
@@ -23,7 +22,6 @@ from .strings import StringReader
 #: Builds an entry from a tuple of its fields, skipping the namedtuple's
 #: Python-level ``__new__`` (the readers and ``remap`` make many of them).
 _new = tuple.__new__
-_alloc = object.__new__
 
 
 @contextmanager
@@ -43,38 +41,33 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-class Member(namedtuple('Member', 'name type bit_offset bitfield_size', defaults=(0,))):
-    __slots__ = ()
+class Member(NamedTuple):
+    name: str
+    type: int
+    bit_offset: int
+    bitfield_size: int = 0
 
 
-class Param(namedtuple('Param', 'name type')):
-    __slots__ = ()
+class Param(NamedTuple):
+    name: str
+    type: int
 
 
-class Enumerator(namedtuple('Enumerator', 'name value')):
-    __slots__ = ()
+class Enumerator(NamedTuple):
+    name: str
+    value: int
 
 
-class VarSecinfo(namedtuple('VarSecinfo', 'type offset size')):
-    __slots__ = ()
+class VarSecinfo(NamedTuple):
+    type: int
+    offset: int
+    size: int
 
 
-def _kflag_meaning(meaning: str, doc: str) -> property:
-    """A named accessor for kind_flag where it means ``meaning`` (False
-    for other kinds, which cannot set it)."""
-    kinds = KINDS.kflag_means(meaning)
-
-    def means(kind: Kind) -> bool:
-        return kind in kinds or (kind not in _LINUX_KINDS and info_of(kind).kflag == meaning)
-
-    def get(t: BtfType) -> bool:
-        return bool(t.kflag) and means(t.kind)
-
-    def put(t: BtfType, value: bool) -> None:
-        if not means(t.kind):
-            raise AttributeError(f'kind_flag of {t.kind.name} does not mean {meaning}')
-        t.kflag = int(value)
-    return property(get, put, doc=doc)
+def _kflag_means(kind: Kind, meaning: str) -> bool:
+    """Whether kind_flag means ``meaning`` for ``kind``."""
+    return kind in _KFLAG_KINDS[meaning] or (kind not in _LINUX_KINDS
+                                             and info_of(kind).kflag == meaning)
 
 
 class BtfType:
@@ -175,26 +168,46 @@ class BtfType:
             self.items = tuple([e.__class__(*e[:at], f(e[at]), *e[at + 1:]) for e in self.items])
 
     def copy(self) -> BtfType:
-        # Filled slot by slot: a third cheaper than through __init__.
-        c = _alloc(BtfType)
-        c.kind = self.kind
-        c.name = self.name
-        c.size = self.size
-        c.type = self.type
-        c.kflag = self.kflag
-        c.encoding = self.encoding
-        c.bit_offset = self.bit_offset
-        c.bits = self.bits
-        c.index_type = self.index_type
-        c.nelems = self.nelems
-        c.linkage = self.linkage
-        c.component_idx = self.component_idx
-        c.items = self.items
-        return c
+        return BtfType(*self.key())
 
-    bitfields = _kflag_meaning(BITFIELD, 'STRUCT/UNION: the member offsets carry bitfield sizes.')
-    signed = _kflag_meaning(SIGNED, 'ENUM/ENUM64: the values are signed.')
-    fwd_union = _kflag_meaning(UNION_FWD, 'FWD: declares a union, not a struct.')
+    def __reduce__(self) -> tuple:
+        # Pickled as its constructor's arguments (link -j workers send
+        # types back): a compiled (mypyc) class has no other way.
+        return BtfType, self.key()
+
+    # kind_flag where it means one thing (False for other kinds, which
+    # cannot set it), as plain properties: mypyc compiles no others.
+    @property
+    def bitfields(self) -> bool:
+        """STRUCT/UNION: the member offsets carry bitfield sizes."""
+        return bool(self.kflag) and _kflag_means(self.kind, BITFIELD)
+
+    @bitfields.setter
+    def bitfields(self, value: bool) -> None:
+        self._set_kflag(BITFIELD, value)
+
+    @property
+    def signed(self) -> bool:
+        """ENUM/ENUM64: the values are signed."""
+        return bool(self.kflag) and _kflag_means(self.kind, SIGNED)
+
+    @signed.setter
+    def signed(self, value: bool) -> None:
+        self._set_kflag(SIGNED, value)
+
+    @property
+    def fwd_union(self) -> bool:
+        """FWD: declares a union, not a struct."""
+        return bool(self.kflag) and _kflag_means(self.kind, UNION_FWD)
+
+    @fwd_union.setter
+    def fwd_union(self, value: bool) -> None:
+        self._set_kflag(UNION_FWD, value)
+
+    def _set_kflag(self, meaning: str, value: bool) -> None:
+        if not _kflag_means(self.kind, meaning):
+            raise AttributeError(f'kind_flag of {self.kind.name} does not mean {meaning}')
+        self.kflag = int(value)
 
     @property
     def vlen(self) -> int:
@@ -205,19 +218,21 @@ class BtfType:
         return len(self.items)
 
 
-_ONE_REF = KINDS.one_ref
+_ONE_REF: Final = KINDS.one_ref
+#: The kinds of KINDS whose kind_flag means each of these.
+_KFLAG_KINDS: Final = {m: KINDS.kflag_means(m) for m in (BITFIELD, SIGNED, UNION_FWD)}
 #: The kernel's kinds that refer to no type.
-_NO_REFS = frozenset(i.kind for i in KINDS if not i.refs and i.entry_type_at is None)
-_VLEN_IS_LINKAGE = KINDS.vlen_is_linkage
+_NO_REFS: Final = frozenset(i.kind for i in KINDS if not i.refs and i.entry_type_at is None)
+_VLEN_IS_LINKAGE: Final = KINDS.vlen_is_linkage
 #: Where an entry of a STRUCT, UNION or DATASEC holds its type id
 #: (FUNC_PROTO's parameters are read with its return type).
-_ENTRY_TYPE = {k: at for k, at in KINDS.entry_type_at.items() if k is not _FUNC_PROTO}
-_SIZED = KINDS.sized
+_ENTRY_TYPE: Final = {k: at for k, at in KINDS.entry_type_at.items() if k is not _FUNC_PROTO}
+_SIZED: Final = KINDS.sized
 #: The kinds ``KINDS`` describes: the sets above answer for them, a kind's
 #: registry entry for the others.
-_LINUX_KINDS = frozenset(i.kind for i in KINDS)
+_LINUX_KINDS: Final = frozenset(i.kind for i in KINDS)
 
-VOID = BtfType(Kind.UNKN)
+VOID: Final = BtfType(Kind.UNKN)
 
 
 #: What a type's header says: kind, name, size or type (an ARRAY's element
@@ -267,7 +282,8 @@ class Btf:
             types = [] if base is not None else [VOID]
         elif base is not None and types and types[0] is VOID:
             types = types[1:]
-        self._types = types
+        #: None where a lazy table has not parsed the type yet.
+        self._types: list[Any] = types
         self._source: TypeSource | None = None
         self.base = base
         self.byteorder = byteorder
@@ -323,6 +339,7 @@ class Btf:
             index -= first
         t = self._types[index]
         if t is None:
+            assert self._source is not None     # only a lazy table holds None
             index %= len(self._types)
             t = self._types[index] = self._source.parse(index)
         return t

@@ -25,6 +25,8 @@ which counts Latin-1 letters as letters.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import re
 from dataclasses import dataclass
 
@@ -32,21 +34,22 @@ from .errors import BtfError
 from .header import BtfHeader, header_len, magic_order
 from .kinds import BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, KINDS, MAX_RESOLVE_DEPTH, Kind
 from .reader import read_leniently
+from .strings import StringReader
 from .types import Btf, BtfType, Member, Param, VarSecinfo, VOID
 
-BTF_MAX_SIZE = 16 * 1024 * 1024
-BTF_MAX_TYPE = 0xfffff
-BTF_MAX_NAME_OFFSET = 0xffffff
+BTF_MAX_SIZE: Final = 16 * 1024 * 1024
+BTF_MAX_TYPE: Final = 0xfffff
+BTF_MAX_NAME_OFFSET: Final = 0xffffff
 #: Longest name the kernel accepts (KSYM_NAME_LEN since Linux 6.1).
-MAX_NAME_BYTES = 512
+MAX_NAME_BYTES: Final = 512
 
-_U32 = 0xffffffff
-_BITS_PER_U128 = 128
+_U32: Final = 0xffffffff
+_BITS_PER_U128: Final = 128
 
 # The kernel's isalpha/isalnum/isprint (lib/ctype.c): Latin-1 letters count.
-_ALPHA = rb'A-Za-z\xc0-\xd6\xd8-\xf6\xf8-\xff'
-_IDENTIFIER = re.compile(rb'[%s_.][%s0-9_.]{0,%d}' % (_ALPHA, _ALPHA, MAX_NAME_BYTES - 1))
-_SECTION_NAME = re.compile(rb'[\x20-\x7e\xa0-\xff]{1,%d}' % MAX_NAME_BYTES)
+_ALPHA: Final = rb'A-Za-z\xc0-\xd6\xd8-\xf6\xf8-\xff'
+_IDENTIFIER: Final = re.compile(rb'[%s_.][%s0-9_.]{0,%d}' % (_ALPHA, _ALPHA, MAX_NAME_BYTES - 1))
+_SECTION_NAME: Final = re.compile(rb'[\x20-\x7e\xa0-\xff]{1,%d}' % MAX_NAME_BYTES)
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ def _base_string_bytes(base: Btf | None) -> bytes:
     if base.strings is None:
         raise BtfError('split BTF can only be checked on a base read from bytes')
     parts = []
-    reader = base.strings
+    reader: StringReader | None = base.strings
     while reader is not None:
         parts.append(reader.data)
         reader = reader.base
@@ -218,19 +221,23 @@ def _base_string_bytes(base: Btf | None) -> bytes:
 # ---------------------------------------------------------------------------
 # The model: per-type rules and reference resolution
 
-_NOT_VISITED, _VISITED, _RESOLVED = 0, 1, 2
-_MODE_TBD, _MODE_PTR, _MODE_STRUCT = 0, 1, 2
+_NOT_VISITED: Final = 0
+_VISITED: Final = 1
+_RESOLVED: Final = 2
+_MODE_TBD: Final = 0
+_MODE_PTR: Final = 1
+_MODE_STRUCT: Final = 2
 
-_MODIFIERS = KINDS.modifier
-_SIZED = KINDS.sized
-_STRUCTS = KINDS.composite
-_NEEDS_RESOLVE = _MODIFIERS | {Kind.PTR, Kind.STRUCT, Kind.UNION, Kind.ARRAY,
-                                   Kind.VAR, Kind.FUNC, Kind.DECL_TAG, Kind.DATASEC}
+_MODIFIERS: Final = KINDS.modifier
+_SIZED: Final = KINDS.sized
+_STRUCTS: Final = KINDS.composite
+_NEEDS_RESOLVE: Final = _MODIFIERS | {Kind.PTR, Kind.STRUCT, Kind.UNION, Kind.ARRAY,
+                                          Kind.VAR, Kind.FUNC, Kind.DECL_TAG, Kind.DATASEC}
 #: Types that may only start a resolution, never be referred to by one.
-_SOURCE_ONLY = frozenset({Kind.VAR, Kind.DECL_TAG, Kind.DATASEC})
-_NO_SIZE = frozenset({Kind.UNKN, Kind.FWD, Kind.FUNC, Kind.FUNC_PROTO, Kind.DECL_TAG})
-_DECL_TAG_TARGETS = frozenset({Kind.FUNC, Kind.STRUCT, Kind.UNION, Kind.VAR, Kind.TYPEDEF})
-_PTR_SIZE = 8
+_SOURCE_ONLY: Final = frozenset({Kind.VAR, Kind.DECL_TAG, Kind.DATASEC})
+_NO_SIZE: Final = frozenset({Kind.UNKN, Kind.FWD, Kind.FUNC, Kind.FUNC_PROTO, Kind.DECL_TAG})
+_DECL_TAG_TARGETS: Final = frozenset({Kind.FUNC, Kind.STRUCT, Kind.UNION, Kind.VAR, Kind.TYPEDEF})
+_PTR_SIZE: Final = 8
 
 
 class _Reject(Exception):
@@ -725,9 +732,10 @@ class _Checker:
                 if cur <= good_id:
                     break
                 cur = t.type
-                t = self.get(cur)
-                if t is None:
+                target = self.get(cur)
+                if target is None:
                     raise _Reject(type_id, f'modifier chain reaches missing type [{cur}]')
+                t = target
             good_id = type_id
 
 
@@ -779,12 +787,12 @@ def _member_float(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None
     return None
 
 
-_MEMBER_CHECKS = {Kind.INT: _member_int, Kind.PTR: _member_ptr, Kind.ARRAY: _member_array,
-                  Kind.STRUCT: _member_aggregate, Kind.UNION: _member_aggregate,
-                  Kind.ENUM: _member_aggregate, Kind.ENUM64: _member_aggregate,
-                  Kind.FLOAT: _member_float}
+_MEMBER_CHECKS: Final = {Kind.INT: _member_int, Kind.PTR: _member_ptr, Kind.ARRAY: _member_array,
+                         Kind.STRUCT: _member_aggregate, Kind.UNION: _member_aggregate,
+                         Kind.ENUM: _member_aggregate, Kind.ENUM64: _member_aggregate,
+                         Kind.FLOAT: _member_float}
 
-_RESOLVE = {
+_RESOLVE: Final = {
     **{k: lambda c, top: c.resolve_reference(top, False, False) for k in _MODIFIERS},
     Kind.PTR: lambda c, top: c.resolve_reference(top, True, False),
     Kind.VAR: lambda c, top: c.resolve_reference(top, True, True),
@@ -977,7 +985,7 @@ def _meta_decl_tag(c: _Checker, t: BtfType) -> str | None:
     return None
 
 
-_META = {
+_META: Final = {
     Kind.UNKN: _meta_unknown, Kind.INT: _meta_int, Kind.PTR: _meta_reference,
     Kind.ARRAY: _meta_array, Kind.STRUCT: _meta_struct, Kind.UNION: _meta_struct,
     Kind.ENUM: _meta_enum, Kind.FWD: _meta_fwd, Kind.TYPEDEF: _meta_reference,
@@ -1033,6 +1041,6 @@ def _ids_encodable(t: BtfType) -> str | None:
     return None
 
 
-_ITEM_RANGES = {Kind.STRUCT: _members_encodable, Kind.UNION: _members_encodable,
-                Kind.ENUM: _values_encodable, Kind.ENUM64: _values_encodable,
-                Kind.FUNC_PROTO: _ids_encodable, Kind.DATASEC: _ids_encodable}
+_ITEM_RANGES: Final = {Kind.STRUCT: _members_encodable, Kind.UNION: _members_encodable,
+                       Kind.ENUM: _values_encodable, Kind.ENUM64: _values_encodable,
+                       Kind.FUNC_PROTO: _ids_encodable, Kind.DATASEC: _ids_encodable}

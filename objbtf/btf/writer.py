@@ -9,6 +9,7 @@ import functools
 import sys
 from array import array
 from collections.abc import Callable
+from typing import Final
 
 from .errors import BtfError
 from .header import BtfHeader
@@ -101,7 +102,9 @@ class _Unfit(Exception):
 
 
 # What a kind's size-or-type word is written from.
-_TYPE_WORD, _SIZE_WORD, _ZERO_WORD = 0, 1, 2
+_TYPE_WORD: Final = 0
+_SIZE_WORD: Final = 1
+_ZERO_WORD: Final = 2
 
 
 def _int(words: list[int], t: BtfType, name: StringTable) -> None:
@@ -159,7 +162,7 @@ _ENCODERS: dict[tuple[str, ...], Extra] = {
     BTF_MEMBER: _members, BTF_ENUM: _enum, BTF_ENUM64: _enum64, BTF_PARAM: _params,
     BTF_VAR_SECINFO: _datasec,
 }
-_U32 = next(code for code in 'IL' if array(code).itemsize == 4)
+_U32: Final = next(code for code in 'IL' if array(code).itemsize == 4)
 #: What ``rewrite_type`` gives the encoders for strings: none to look up.
 _NO_STRINGS: dict[str, int] = {}
 

@@ -7,7 +7,7 @@ which to emit (it needs the ELF symbols) and calls ``add_function`` and
 """
 from __future__ import annotations
 
-from collections import namedtuple
+from typing import Final, NamedTuple
 
 from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param
@@ -17,21 +17,22 @@ from ..rules import base_type, declared_enum, enum_type
 from . import constants as C
 from .reader import TYPE_TAGS, CompileUnit, Die, Expr, read_uleb
 
-_REF_KIND = {
+_REF_KIND: Final = {
     C.TAG_pointer_type: Kind.PTR, C.TAG_const_type: Kind.CONST,
     C.TAG_volatile_type: Kind.VOLATILE, C.TAG_restrict_type: Kind.RESTRICT,
     C.TAG_typedef: Kind.TYPEDEF,
 }
 #: DIEs that stand for their target (or void) and get no BTF type.
-_TRANSPARENT = frozenset({C.TAG_atomic_type, C.TAG_unspecified_type})
+_TRANSPARENT: Final = frozenset({C.TAG_atomic_type, C.TAG_unspecified_type})
 
 
 class LoadError(ObjbtfError):
     """DWARF that is well-formed but cannot be expressed as BTF."""
 
 
-class Annotation(namedtuple('Annotation', 'value component_idx')):
-    __slots__ = ()
+class Annotation(NamedTuple):
+    value: str
+    component_idx: int
 
 
 class CuLoader:
@@ -48,7 +49,7 @@ class CuLoader:
 
     # ---- attribute helpers -------------------------------------------------
 
-    def origin_attr(self, die: Die, attr: int, default=None):
+    def origin_attr(self, die: Die | None, attr: int, default=None):
         """``attr`` of ``die``, or of its specification / abstract origin."""
         seen = 0
         while die is not None and seen < 8:
@@ -108,9 +109,9 @@ class CuLoader:
         if has_array and not self.index_type:
             self.index_type = next_id
         for die in type_dies:
-            tags = tags_of.get(die.offset)
-            if tags:
-                self.btf.add(BtfType(Kind.PTR, type=self._add_type_tags(die, tags)))
+            chain = tags_of.get(die.offset)
+            if chain:
+                self.btf.add(BtfType(Kind.PTR, type=self._add_type_tags(die, chain)))
             else:
                 self.btf.add(self._encode(die))
         if self.index_type == self.btf.next_id:
@@ -253,7 +254,7 @@ class CuLoader:
 
     # ---- functions, parameters, decl tags ------------------------------------
 
-    def params(self, die: Die) -> list[tuple[str, int]] | None:
+    def params(self, die: Die) -> list[tuple[str, int]]:
         """(name, type id) of each parameter; '' name if unnamed; a trailing
         ('', 0) for varargs."""
         out = []

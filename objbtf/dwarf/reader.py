@@ -10,6 +10,9 @@ matters because the encoder runs once per object of a kernel build.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final, Literal, NamedTuple
 
 from ..errors import ObjbtfError
 from . import constants as C
@@ -20,25 +23,62 @@ class DwarfError(ObjbtfError):
 
 
 # Form numbers.
-_F_ADDR, _F_BLOCK2, _F_BLOCK4, _F_DATA2, _F_DATA4, _F_DATA8 = 0x01, 0x03, 0x04, 0x05, 0x06, 0x07
-_F_STRING, _F_BLOCK, _F_BLOCK1, _F_DATA1, _F_FLAG, _F_SDATA = 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d
-_F_STRP, _F_UDATA, _F_REF_ADDR, _F_REF1, _F_REF2, _F_REF4 = 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13
-_F_REF8, _F_REF_UDATA, _F_INDIRECT, _F_SEC_OFFSET, _F_EXPRLOC = 0x14, 0x15, 0x16, 0x17, 0x18
-_F_FLAG_PRESENT, _F_STRX, _F_ADDRX, _F_REF_SUP4, _F_STRP_SUP = 0x19, 0x1a, 0x1b, 0x1c, 0x1d
-_F_DATA16, _F_LINE_STRP, _F_REF_SIG8, _F_IMPLICIT_CONST = 0x1e, 0x1f, 0x20, 0x21
-_F_LOCLISTX, _F_RNGLISTX, _F_REF_SUP8 = 0x22, 0x23, 0x24
-_F_STRX1, _F_STRX2, _F_STRX3, _F_STRX4 = 0x25, 0x26, 0x27, 0x28
-_F_ADDRX1, _F_ADDRX2, _F_ADDRX3, _F_ADDRX4 = 0x29, 0x2a, 0x2b, 0x2c
-_F_GNU_ADDR_INDEX, _F_GNU_STR_INDEX, _F_GNU_REF_ALT, _F_GNU_STRP_ALT = 0x1f01, 0x1f02, 0x1f20, 0x1f21
+_F_ADDR: Final = 0x01
+_F_BLOCK2: Final = 0x03
+_F_BLOCK4: Final = 0x04
+_F_DATA2: Final = 0x05
+_F_DATA4: Final = 0x06
+_F_DATA8: Final = 0x07
+_F_STRING: Final = 0x08
+_F_BLOCK: Final = 0x09
+_F_BLOCK1: Final = 0x0a
+_F_DATA1: Final = 0x0b
+_F_FLAG: Final = 0x0c
+_F_SDATA: Final = 0x0d
+_F_STRP: Final = 0x0e
+_F_UDATA: Final = 0x0f
+_F_REF_ADDR: Final = 0x10
+_F_REF1: Final = 0x11
+_F_REF2: Final = 0x12
+_F_REF4: Final = 0x13
+_F_REF8: Final = 0x14
+_F_REF_UDATA: Final = 0x15
+_F_INDIRECT: Final = 0x16
+_F_SEC_OFFSET: Final = 0x17
+_F_EXPRLOC: Final = 0x18
+_F_FLAG_PRESENT: Final = 0x19
+_F_STRX: Final = 0x1a
+_F_ADDRX: Final = 0x1b
+_F_REF_SUP4: Final = 0x1c
+_F_STRP_SUP: Final = 0x1d
+_F_DATA16: Final = 0x1e
+_F_LINE_STRP: Final = 0x1f
+_F_REF_SIG8: Final = 0x20
+_F_IMPLICIT_CONST: Final = 0x21
+_F_LOCLISTX: Final = 0x22
+_F_RNGLISTX: Final = 0x23
+_F_REF_SUP8: Final = 0x24
+_F_STRX1: Final = 0x25
+_F_STRX2: Final = 0x26
+_F_STRX3: Final = 0x27
+_F_STRX4: Final = 0x28
+_F_ADDRX1: Final = 0x29
+_F_ADDRX2: Final = 0x2a
+_F_ADDRX3: Final = 0x2b
+_F_ADDRX4: Final = 0x2c
+_F_GNU_ADDR_INDEX: Final = 0x1f01
+_F_GNU_STR_INDEX: Final = 0x1f02
+_F_GNU_REF_ALT: Final = 0x1f20
+_F_GNU_STRP_ALT: Final = 0x1f21
 
-_STR_FORMS = {_F_STRING, _F_STRP, _F_LINE_STRP, _F_STRX, _F_STRX1, _F_STRX2, _F_STRX3,
-              _F_STRX4, _F_GNU_STR_INDEX}
-_REF_CU_FORMS = {_F_REF1, _F_REF2, _F_REF4, _F_REF8, _F_REF_UDATA}
-_BLOCK_FORMS = {_F_BLOCK, _F_BLOCK1, _F_BLOCK2, _F_BLOCK4, _F_EXPRLOC}
-_SIGNED_FORMS = {_F_SDATA, _F_IMPLICIT_CONST}
+_STR_FORMS: Final = {_F_STRING, _F_STRP, _F_LINE_STRP, _F_STRX, _F_STRX1, _F_STRX2, _F_STRX3,
+                     _F_STRX4, _F_GNU_STR_INDEX}
+_REF_CU_FORMS: Final = {_F_REF1, _F_REF2, _F_REF4, _F_REF8, _F_REF_UDATA}
+_BLOCK_FORMS: Final = {_F_BLOCK, _F_BLOCK1, _F_BLOCK2, _F_BLOCK4, _F_EXPRLOC}
+_SIGNED_FORMS: Final = {_F_SDATA, _F_IMPLICIT_CONST}
 
 #: Attributes the loader reads; all others are decoded only to be skipped.
-WANTED = frozenset({
+WANTED: Final = frozenset({
     C.AT_name, C.AT_type, C.AT_byte_size, C.AT_bit_offset, C.AT_bit_size,
     C.AT_const_value, C.AT_upper_bound, C.AT_count, C.AT_data_member_location,
     C.AT_declaration, C.AT_external, C.AT_specification, C.AT_abstract_origin,
@@ -46,7 +86,7 @@ WANTED = frozenset({
     C.AT_addr_base, C.AT_language, C.AT_loclists_base,
 })
 
-TYPE_TAGS = frozenset({
+TYPE_TAGS: Final = frozenset({
     C.TAG_array_type, C.TAG_enumeration_type, C.TAG_pointer_type,
     C.TAG_structure_type, C.TAG_class_type, C.TAG_subroutine_type,
     C.TAG_typedef, C.TAG_union_type, C.TAG_base_type, C.TAG_const_type,
@@ -54,24 +94,17 @@ TYPE_TAGS = frozenset({
     C.TAG_atomic_type,
 })
 #: Children kept under a kept parent.
-CHILD_TAGS = frozenset({
+CHILD_TAGS: Final = frozenset({
     C.TAG_member, C.TAG_enumerator, C.TAG_subrange_type, C.TAG_formal_parameter,
     C.TAG_unspecified_parameters, C.TAG_LLVM_annotation,
 })
-TOP_TAGS = frozenset({C.TAG_subprogram, C.TAG_variable})
+TOP_TAGS: Final = frozenset({C.TAG_subprogram, C.TAG_variable})
 
 
-class Expr(tuple):
+class Expr(NamedTuple):
     """A block or exprloc value: (offset of its bytes in .debug_info, bytes)."""
-    __slots__ = ()
-
-    @property
-    def pos(self) -> int:
-        return self[0]
-
-    @property
-    def data(self) -> bytes:
-        return self[1]
+    pos: int
+    data: bytes
 
 
 class Die:
@@ -115,8 +148,8 @@ class DebugSections:
                  'byteorder')
 
     def __init__(self, info: bytes, abbrev: bytes, str: bytes = b'', line_str: bytes = b'',
-                 str_offsets: bytes = b'', addr: bytes = b'', byteorder: str = 'little',
-                 loclists: bytes = b''):
+                 str_offsets: bytes = b'', addr: bytes = b'',
+                 byteorder: Literal['little', 'big'] = 'little', loclists: bytes = b''):
         self.info = info
         self.abbrev = abbrev
         self.str = str
@@ -153,7 +186,14 @@ def _sleb(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 # Plan step kinds.
-_FIXED, _ULEB, _SLEB, _CSTR, _BLK_ULEB, _BLK_FIXED, _CONST, _INDIRECT = range(8)
+_FIXED: Final = 0
+_ULEB: Final = 1
+_SLEB: Final = 2
+_CSTR: Final = 3
+_BLK_ULEB: Final = 4
+_BLK_FIXED: Final = 5
+_CONST: Final = 6
+_INDIRECT: Final = 7
 
 
 class _Abbrev:
@@ -189,7 +229,7 @@ def _fixed_fmt(form: int, addr_size: int, off_size: int, version: int) -> str | 
     return table.get(form)
 
 
-_VAR_STEPS = {
+_VAR_STEPS: Final = {
     _F_UDATA: (_ULEB,), _F_REF_UDATA: (_ULEB,), _F_STRX: (_ULEB,), _F_ADDRX: (_ULEB,),
     _F_LOCLISTX: (_ULEB,), _F_RNGLISTX: (_ULEB,), _F_GNU_ADDR_INDEX: (_ULEB,),
     _F_GNU_STR_INDEX: (_ULEB,), _F_SDATA: (_SLEB,), _F_STRING: (_CSTR,),
@@ -308,7 +348,7 @@ class _UnitDecoder:
                 vals.append(step[1])
             elif kind == _BLK_ULEB:
                 ln, pos = read_uleb(buf, pos)
-                vals.append(Expr((pos, buf[pos:pos + ln])))
+                vals.append(Expr(pos, buf[pos:pos + ln]))
                 pos += ln
             elif kind == _SLEB:
                 v, pos = _sleb(buf, pos)
@@ -320,7 +360,7 @@ class _UnitDecoder:
             elif kind == _BLK_FIXED:
                 (ln,) = step[1].unpack_from(buf, pos)
                 pos += step[1].size
-                vals.append(Expr((pos, buf[pos:pos + ln])))
+                vals.append(Expr(pos, buf[pos:pos + ln]))
                 pos += ln
             else:
                 raise DwarfError('DW_FORM_indirect is not supported')
@@ -356,13 +396,14 @@ class _UnitDecoder:
         absolute DIE offset, or an int; None keeps the value as it is.
         """
         out = []
+        fn: Callable[[Any], Any] | None
         for attr, i, form in ab.extract:
             if form in _REF_CU_FORMS:
                 fn = self.cu_offset.__add__
             elif form == _F_STRP:
                 fn = self.strp
             elif form in _STR_FORMS:
-                fn = (lambda v, form=form: self.string(form, v))
+                fn = partial(self.string, form)
             elif form in (_F_STRX3, _F_ADDRX3):
                 fn = (lambda v: int.from_bytes(v, self.s.byteorder))
             elif form == _F_LOCLISTX:
