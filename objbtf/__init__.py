@@ -1,0 +1,75 @@
+"""objbtf: per-object BTF for Linux kernel builds.
+
+The per-object hot path (``COMPILED``) may be compiled with mypyc when
+objbtf is installed (setup.py; README: "Compiled modules").  The compiled
+modules run unless OBJBTF_PURE=1 is set, or one of their sources is newer
+than the compiled code (a checkout edited under an editable install): then
+those modules are imported from their Python sources, all of them, since
+compiled modules call each other directly.  ``implementation()`` says which.
+Only ``posix`` and ``sys`` here: the bare client imports this package.
+"""
+import posix
+import sys
+
+#: The modules setup.py compiles, relative to this package.
+COMPILED = ('btf.hashing', 'btf.strings', 'btf.types', 'btf.validate', 'btf.writer',
+            'dwarf.constants', 'dwarf.loader', 'dwarf.reader')
+#: mypyc's shared library of those modules, in this package.
+NATIVE_LIB = '_native__mypyc'
+#: A source this much newer than the compiled library is an edit, not the
+#: install writing its files in some order.
+EDIT_SLACK_NS = 2_000_000_000
+
+_HERE = __file__.rpartition('/')[0] or '.'
+
+
+def _native_lib() -> str | None:
+    """The path of the compiled library, if this installation has one."""
+    for name in posix.listdir(_HERE):
+        if name.startswith(NATIVE_LIB + '.') and name.endswith('.so'):
+            return f'{_HERE}/{name}'
+    return None
+
+
+def _choose() -> str:
+    lib = _native_lib()
+    if lib is None:
+        return 'pure Python (not compiled)'
+    if posix.environ.get(b'OBJBTF_PURE', b'0') != b'0':
+        return 'pure Python (OBJBTF_PURE)'
+    built = posix.stat(lib).st_mtime_ns
+    for module in COMPILED:
+        source = f'{_HERE}/{module.replace(".", "/")}.py'
+        try:
+            if posix.stat(source).st_mtime_ns > built + EDIT_SLACK_NS:
+                return f'pure Python ({source} is newer than the compiled modules)'
+        except OSError:
+            return 'compiled (mypyc)'       # installed without its sources
+    return 'compiled (mypyc)'
+
+
+_IMPLEMENTATION = _choose()
+
+
+def implementation() -> str:
+    """'compiled (mypyc)', or 'pure Python (why)'."""
+    return _IMPLEMENTATION
+
+
+class _SourcesOnly:
+    """Finds the compiled modules' Python sources, never their extensions."""
+
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if not name.startswith('objbtf.') or name[7:] not in COMPILED or not path:
+            return None
+        from importlib.machinery import SOURCE_SUFFIXES, FileFinder, SourceFileLoader
+        for entry in path:
+            spec = FileFinder(entry, (SourceFileLoader, SOURCE_SUFFIXES)).find_spec(name)
+            if spec is not None:
+                return spec
+        return None
+
+
+if _IMPLEMENTATION.startswith('pure') and _native_lib() is not None:
+    sys.meta_path.insert(0, _SourcesOnly)

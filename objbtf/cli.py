@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from . import implementation
 from .features import Features
 from .options import COMMANDS, Option
 
@@ -66,7 +67,8 @@ def _check_requires(name: str, values: dict) -> None:
 
 
 @click.group(context_settings={'help_option_names': ['-h', '--help']})
-@click.version_option(package_name='objbtf')
+@click.version_option(package_name='objbtf',
+                      message=f'%(prog)s, version %(version)s, {implementation()}')
 def main() -> None:
     """Per-object BTF for Linux kernel builds.
 

@@ -86,7 +86,9 @@ def code_digest(root: str = ROOT) -> str:
     rewrite, reinstall or edit changes the ctime).  Stats, not contents: a
     client computes it on every call (0.25 to 1.3 ms)."""
     h = blake2b(digest_size=8)
-    h.update(marshal.dumps((PROTOCOL, sys.executable, sys.version, root)))
+    # OBJBTF_PURE picks the compiled modules' sources (objbtf/__init__.py).
+    h.update(marshal.dumps((PROTOCOL, sys.executable, sys.version, root,
+                            posix.environ.get(b'OBJBTF_PURE', b'0') != b'0')))
     stack = [f'{root}/{p}' for p in PACKAGES]
     while stack:
         directory = stack.pop()

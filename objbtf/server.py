@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 
+from . import implementation
 from .client import MAX_MESSAGE, PROTOCOL, ROOT, code_digest, runtime_dir
 
 IDLE_DEFAULT = 30.0
@@ -56,6 +57,7 @@ class Server:
 
     def status(self) -> dict:
         return {'pid': os.getpid(), 'socket': self.path, 'code': self.code, 'root': ROOT,
+                'modules': implementation().split()[0],    # compiled or pure
                 'requests': self.requests, 'running': len(self.children),
                 'uptime': round(time.time() - self.started, 1), 'idle_exit': self.idle}
 

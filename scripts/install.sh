@@ -3,7 +3,7 @@
 # then objbtf itself (editable, with its test extras). Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip strace
+pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip python3-dev strace
       # the reference kernel and the Kbuild integration's end-to-end test
       linux-source-6.1 linux-source-6.12 patch make flex bison bc libssl-dev libelf-dev cpio xz-utils
       # clang builds (LLVM=1) and the cross-architecture tests (arm64, s390x)
