@@ -1,0 +1,111 @@
+"""What ``pip install .`` gives a user: objbtf's per-object hot path compiled
+with mypyc (setup.py), the same bytes as pure Python, OBJBTF_PURE=1 to run
+the sources instead, and never a compiled module shadowing an edited source."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import C_FIXTURES, ROOT, compile_c, run
+
+import objbtf
+
+#: The sources encoded three ways; gcc and clang give different DWARF.
+SOURCES = ('kinds.c', 'scopes.c', 'tags.c')
+
+
+def _install(dest: Path, wheels: Path, **env: str) -> Path:
+    """This checkout built into a wheel, as pip builds it for ``pip install .``,
+    and unpacked into ``dest`` (a directory to put on PYTHONPATH)."""
+    run(sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', wheels, ROOT,
+        env={**os.environ, **env})
+    (wheel,) = wheels.glob('objbtf-*.whl')
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(dest)
+    return dest
+
+
+@pytest.fixture(scope='module')
+def compiled(tmp_path_factory) -> Path:
+    return _install(tmp_path_factory.mktemp('site'), tmp_path_factory.mktemp('wheels'))
+
+
+def python(site: Path, code: str, **env: str) -> str:
+    """``code``'s output, run with the package installed in ``site`` (from
+    there: ``python -c`` puts its directory first on sys.path)."""
+    env = {**{k: v for k, v in os.environ.items() if k != 'OBJBTF_PURE'},
+           'PYTHONPATH': str(site), **env}
+    return run(sys.executable, '-c', code, env=env, cwd=site).stdout.strip()
+
+
+WHICH = 'import objbtf, objbtf.dwarf.reader as r; print(objbtf.implementation(), r.__file__)'
+
+
+def test_install_compiles_the_hot_path(compiled):
+    assert python(compiled, WHICH).startswith(f'compiled (mypyc) {compiled}/objbtf/dwarf/reader.')
+    assert python(compiled, WHICH).endswith('.so')
+    for module in objbtf.COMPILED:
+        assert list((compiled / 'objbtf').glob(f'{module.replace(".", "/")}.*.so')), module
+    version = run(sys.executable, '-m', 'objbtf', '--version',
+                  env={**os.environ, 'PYTHONPATH': str(compiled)}, cwd=compiled).stdout
+    assert version.strip().endswith(', compiled (mypyc)')
+
+
+def test_pure_switch(compiled):
+    out = python(compiled, WHICH, OBJBTF_PURE='1')
+    assert out == f'pure Python (OBJBTF_PURE) {compiled}/objbtf/dwarf/reader.py'
+
+
+def test_compiled_and_pure_encode_the_same_bytes(compiled, tmp_path):
+    """Every object encoded by the compiled modules, by the same install with
+    OBJBTF_PURE=1 and by this checkout's sources: the same bytes."""
+    objects = [compile_c(cc, C_FIXTURES / src, tmp_path / f'{cc}-{src}.o')
+               for cc in ('gcc', 'clang') for src in SOURCES]
+    results = {}
+    for way, site, env in (('compiled', compiled, {}), ('switched', compiled, {'OBJBTF_PURE': '1'}),
+                           ('checkout', ROOT, {})):
+        work = tmp_path / way
+        work.mkdir()
+        for obj in objects:
+            shutil.copyfile(obj, work / obj.name)
+        env = {**{k: v for k, v in os.environ.items() if k != 'OBJBTF_PURE'},
+               'PYTHONPATH': str(site), **env}
+        # Named alike in every directory: the .BTF.objbtf chunk records the path.
+        run(sys.executable, '-m', 'objbtf', 'encode', '-q', *[o.name for o in objects],
+            cwd=work, env=env)
+        results[way] = [(work / o.name).read_bytes() for o in objects]
+    assert results['compiled'] == results['switched'] == results['checkout']
+    assert all(b'.BTF' in data for data in results['compiled'])
+
+
+def test_edited_source_is_not_shadowed(compiled, tmp_path):
+    """An edit newer than the compiled code (an editable install's checkout)
+    runs the sources of every compiled module, and says so."""
+    site = tmp_path / 'site'
+    shutil.copytree(compiled, site)
+    edited = site / 'objbtf' / 'dwarf' / 'loader.py'
+    later = time.time() + 60
+    os.utime(edited, (later, later))
+    out = python(site, WHICH + '; import objbtf.btf.types as t; print(t.__file__)')
+    assert out.splitlines() == [f'pure Python ({edited} is newer than the compiled modules) '
+                                f'{site}/objbtf/dwarf/reader.py', f'{site}/objbtf/btf/types.py']
+
+
+def test_pure_switch_is_part_of_the_server_identity(compiled):
+    """A resident server never serves a client that asked for the other code."""
+    digest = 'from objbtf.client import code_digest; print(code_digest())'
+    assert python(compiled, digest) != python(compiled, digest, OBJBTF_PURE='1')
+    assert python(compiled, digest) == python(compiled, digest, OBJBTF_PURE='0')
+
+
+def test_build_without_compiling(tmp_path):
+    """OBJBTF_PURE=1 at build time: a pure Python install that works the same."""
+    site = _install(tmp_path / 'site', tmp_path / 'wheels', OBJBTF_PURE='1')
+    assert not list(site.rglob('*.so'))
+    assert python(site, WHICH) == f'pure Python (not compiled) {site}/objbtf/dwarf/reader.py'
