@@ -52,10 +52,11 @@ EXPECTED = {'pure': 'pure Python (OBJBTF_PURE)', 'compiled': 'compiled (mypyc)'}
 
 
 def install(dest: Path) -> Path:
-    """This checkout as ``pip install .`` builds it, unpacked into ``dest``."""
+    """This checkout as ``OBJBTF_MYPYC=1 pip install .`` builds it, unpacked
+    into ``dest``."""
     wheels = dest / 'wheels'
     subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', str(wheels),
-                    str(HERE.parent)], check=True)
+                    str(HERE.parent)], check=True, env={**os.environ, 'OBJBTF_MYPYC': '1'})
     (wheel,) = wheels.glob('objbtf-*.whl')
     with zipfile.ZipFile(wheel) as z:
         z.extractall(dest / 'site')

@@ -1,6 +1,7 @@
-"""What ``pip install .`` gives a user: objbtf's per-object hot path compiled
-with mypyc (setup.py), the same bytes as pure Python, OBJBTF_PURE=1 to run
-the sources instead, and never a compiled module shadowing an edited source."""
+"""What ``OBJBTF_MYPYC=1 pip install .`` gives a user: objbtf's per-object hot
+path compiled with mypyc (setup.py), the same bytes as pure Python,
+OBJBTF_PURE=1 to run the sources instead, and never a compiled module
+shadowing an edited source; without the switch, pure Python."""
 from __future__ import annotations
 
 import os
@@ -33,7 +34,8 @@ def _install(dest: Path, wheels: Path, **env: str) -> Path:
 
 @pytest.fixture(scope='module')
 def compiled(tmp_path_factory) -> Path:
-    return _install(tmp_path_factory.mktemp('site'), tmp_path_factory.mktemp('wheels'))
+    return _install(tmp_path_factory.mktemp('site'), tmp_path_factory.mktemp('wheels'),
+                    OBJBTF_MYPYC='1')
 
 
 def python(site: Path, code: str, **env: str) -> str:
@@ -105,7 +107,7 @@ def test_pure_switch_is_part_of_the_server_identity(compiled):
 
 
 def test_build_without_compiling(tmp_path):
-    """OBJBTF_PURE=1 at build time: a pure Python install that works the same."""
-    site = _install(tmp_path / 'site', tmp_path / 'wheels', OBJBTF_PURE='1')
+    """Without OBJBTF_MYPYC=1 (the default): a pure Python install that works the same."""
+    site = _install(tmp_path / 'site', tmp_path / 'wheels', OBJBTF_MYPYC='0')
     assert not list(site.rglob('*.so'))
     assert python(site, WHICH) == f'pure Python (not compiled) {site}/objbtf/dwarf/reader.py'
