@@ -378,8 +378,9 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
         inputs = Inputs(sec, blobs, made)
     else:
         chunks = [c for c in found if c.has_btf]
-        blobs = split_blobs(elf.section_view(sec), [c.name for c in chunks])
+        blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
         _check_pairs(path, blobs, chunks)
+        _check_checksums(path, found, blobs)
         inputs = Inputs(sec, blobs, chunks, len(found) - len(chunks))
     elf.release(sec)
     return inputs
@@ -456,13 +457,25 @@ def _check_pairs(path: str, blobs: list[Blob], chunks: list[Chunk]) -> None:
     for blob, chunk in zip(blobs, chunks):
         if chunk.btf_size != len(blob.data):
             raise LinkError(f'{path}: {CHUNK_SECTION} does not describe the .BTF blobs: '
-                            f'the chunk of {chunk.name} is for {chunk.btf_size} bytes of BTF, '
+                            f'the chunk of {chunk.label} is for {chunk.btf_size} bytes of BTF, '
                             f'{blob.label} has {len(blob.data)}: was some object given .BTF '
                             'by another tool?')
     if len(chunks) != len(blobs):
         raise LinkError(f'{path}: {CHUNK_SECTION} does not describe the .BTF blobs '
                         f'({len(chunks)} chunks with types for {len(blobs)} blobs): '
                         'was some object given .BTF by another tool?')
+
+
+def _check_checksums(path: str, chunks: list[Chunk], blobs: list[Blob]) -> None:
+    """Every chunk is the one the encoder wrote for its blob (``chunks``
+    in link order, the typeless too; ``blobs`` those of the chunks with
+    types): the link merges by the chunks' hashes, which must not lie."""
+    data = iter(b.data for b in blobs)
+    for chunk in chunks:
+        if not chunk.describes(next(data) if chunk.has_btf else b''):
+            raise LinkError(f'{path}: the {CHUNK_SECTION} chunk of {chunk.label} (at offset '
+                            f'{chunk.position}) does not match its checksum: the object '
+                            'changed after objbtf encode wrote it; encode it again')
 
 
 def _load_base(path: str, index_path: str | None,

@@ -225,3 +225,40 @@ def test_encode_writes_through_no_named_temporary(tmp_path):
             sys.executable, '-m', 'objbtf', 'encode', obj,
             env={**os.environ, 'PYTHONPATH': str(ROOT)})
     assert 'O_TMPFILE' in r.stderr and 'linkat(' in r.stderr, r.stderr[-2000:]
+
+# --- the chunk cannot lie -------------------------------------------------------
+
+def test_a_hash_copied_over_another_is_an_error_naming_the_object(tmp_path):
+    """The issue's reproduction: in a.o's chunk, the hash of `int` copied over
+    that of `long unsigned int` made the link merge the two and write
+    `struct pkt_stats { int rx_bytes; int tx_bytes; }`, valid BTF, exit 0.
+    The chunk's checksum no longer matches: the link refuses, naming a.o."""
+    from objbtf.btf.chunk import SECTION, split_chunks
+    from objbtf.btf.reader import parse_btf
+    need('ld')
+    (tmp_path / 'a.c').write_text(PERCPU_SOURCE)
+    (tmp_path / 'b.c').write_text('__attribute__((section(".data..percpu"))) int only_b;\n')
+    a = compile_c('gcc', tmp_path / 'a.c', tmp_path / 'a.o')
+    b = compile_c('gcc', tmp_path / 'b.c', tmp_path / 'b.o')
+    objbtf('encode', 'a.o', 'b.o', cwd=tmp_path)
+    run('ld', '-r', '-o', tmp_path / 'good.o', a, b)
+    objbtf('link', '-o', 'good.btf', 'good.o', cwd=tmp_path)
+    assert "'rx_bytes' type_id=" in objbtf('dump', tmp_path / 'good.btf').stdout
+
+    btf = parse_btf(section_bytes(a, '.BTF'))
+    ids = {t.name: i for i, t in btf.own() if t.name in ('int', 'long unsigned int')}
+    chunk_bytes = section_bytes(a, SECTION)
+    [chunk] = split_chunks(chunk_bytes, 'little')
+    source, target = (chunk.hashes[ids[n] - 1].to_bytes(8, 'little')
+                      for n in ('int', 'long unsigned int'))
+    assert chunk_bytes.count(target) == 1
+    data = a.read_bytes()
+    at = data.index(chunk_bytes)
+    a.write_bytes(data[:at] + chunk_bytes.replace(target, source) + data[at + len(chunk_bytes):])
+    run('ld', '-r', '-o', tmp_path / 'bad.o', a, b)
+    r = objbtf('link', '-o', 'bad.btf', 'bad.o', cwd=tmp_path, check=False)
+    assert r.returncode == 1
+    line = one_line(r.stderr)
+    assert 'bad.o' in line and 'chunk of a.o' in line and 'checksum' in line, line
+    assert not (tmp_path / 'bad.btf').exists()
+
