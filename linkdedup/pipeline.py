@@ -12,20 +12,21 @@ from objbtf.btf.chunk import SECTION as CHUNK_SECTION
 from objbtf.btf.chunk import Chunk, split_chunks
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
-from objbtf.btf.kinds import BTF_HEADER_LEN
+from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, gc_paused
+from objbtf.btf.validate import first_problem_among
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
-from objbtf.errors import ObjbtfError
+from objbtf.errors import ObjbtfError, shown
 from objbtf.features import Features
 from objbtf.functions import FACT_WEAK
 
 from . import cache as link_cache
 from .base_index import BaseIndex, open_index
 from .concat import Blob, canonical_order, split_blobs
-from .datasec import rebuild_datasecs
+from .datasec import misplaced, rebuild_datasecs
 from .emit import emit
 from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions, merged_facts
 from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, kernel_marks_sets, tag_kfuncs
@@ -240,10 +241,25 @@ def merge_pass(state: LinkState) -> None:
                               lambda b: elf.release(sec, b.offset, b.offset + len(b.data)),
                               state.jobs)
     btf = state.btf
+    if not inputs.vouched:
+        _check_unvouched(state)
     state.merged = list(btf.types if btf.base is not None else btf.types[1:])
     state.summary.objects = len(inputs.blobs)
     state.summary.types_in = state.table.types_in
     state.summary.merged = len(btf)
+
+
+def _check_unvouched(state: LinkState) -> None:
+    """The merged types of blobs that came without chunks, checked against
+    the kernel's rules: nothing else did (``Inputs.vouched``).  Checking
+    them once merged costs a tenth of checking every blob.  DATASECs are
+    left to the datasec pass, which makes them anew."""
+    btf = state.btf
+    problem = first_problem_among(btf, [i for i, t in btf.own() if t.kind is not Kind.DATASEC])
+    if problem is not None:
+        blob, _ = state.table.origin(problem.type_id)
+        raise LinkError(f'{state.path}: {blob.label} has BTF the kernel would reject: ' +
+                        shown(f"{problem.kind} '{problem.name or '(anon)'}': {problem.message}"))
 
 
 def relocate_pass(state: LinkState) -> None:
@@ -260,7 +276,36 @@ def datasec_pass(state: LinkState) -> None:
     """Pass 4: one DATASEC per output section (``datasec``)."""
     state.progress.step('datasec')
     state.layout = rebuild_datasecs(state.btf, state.placed, state.fields, state.graves)
+    _check_datasecs(state)
     state.summary.variables = sum(map(len, state.layout))
+
+
+def _check_datasecs(state: LinkState) -> None:
+    """The DATASECs made from what ld says of the variables (relocations,
+    symbols, sections: nothing a checksum covers) against the kernel's
+    rules; variables that collide or lie outside their section are named,
+    with their objects."""
+    btf, blobs = state.btf, state.inputs.blobs
+    first = btf.next_id - len(state.layout)
+    for k, fields in enumerate(state.layout):
+        ds = btf[first + k]
+        bad = misplaced([(v.offset, v.size) for v in ds.items], ds.size)
+        if bad is None:
+            continue
+
+        def variable(j: int) -> str:
+            v = ds.items[j]
+            return (f"variable '{btf[v.type].name}' of {blobs[fields[j][0]].label} "
+                    f'at offset {v.offset} ({v.size} bytes)')
+        j, overlaps = bad
+        clash = (f'overlaps {variable(j - 1)}' if overlaps
+                 else f'lies outside the section ({ds.size} bytes)')
+        raise LinkError(f'{state.path}: in section {shown(ds.name)}, {variable(j)} {clash}: '
+                        'are the relocations of .BTF or the symbols corrupt?')
+    problem = first_problem_among(btf, range(first, btf.next_id))
+    if problem is not None:
+        raise LinkError(f'{state.path}: the variables as ld placed them give BTF the kernel '
+                        f'would reject: {shown(str(problem))}')
 
 
 def functions_pass(state: LinkState) -> None:
@@ -347,12 +392,15 @@ class FromSymbols:
 class Inputs:
     """What ld concatenated: the input section, and its blobs and their
     ``.BTF.objbtf`` chunks (read from the file, or made by ``rehash.py``),
-    in merge order."""
+    in merge order.  ``vouched``: the chunks came from the file and their
+    checksums say each blob is what ``objbtf encode`` wrote, and checked
+    against the kernel's rules; else nothing has checked the blobs yet."""
 
     def __init__(self, section: Section, blobs: list[Blob], chunks: list[Chunk],
-                 typeless: int = 0):
+                 typeless: int = 0, vouched: bool = True):
         self.section = section
         self.typeless = typeless      # objects that went through objbtf without types
+        self.vouched = vouched
         self.blobs = canonical_order(blobs, chunks)
         self.chunks = [chunks[b.index] for b in self.blobs]
 
@@ -372,10 +420,10 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
         blobs = split_blobs(elf.section_view(sec))
         if merge:
             progress.step(f'hash the types of {len(blobs)} blobs')
-        made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs)
+        made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs, path)
         if not merge:
             _keep_facts(elf, made)
-        inputs = Inputs(sec, blobs, made)
+        inputs = Inputs(sec, blobs, made, vouched=False)
     else:
         chunks = [c for c in found if c.has_btf]
         blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
@@ -399,19 +447,20 @@ def _keep_facts(elf: ElfFile, made: list[Chunk]) -> None:
             chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
 
 
-def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int) -> list[Chunk]:
-    """``make(blob)`` for every blob, in ``jobs`` processes."""
+def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int,
+                 path: str) -> list[Chunk]:
+    """``make(blob)`` for every blob of ``path``, in ``jobs`` processes."""
     def shard(r: range) -> list[Chunk]:
-        return [_blob_error(make, blobs[i]) for i in r]
+        return [_blob_error(make, blobs[i], path) for i in r]
     results = run_sharded(shard, [len(b.data) for b in blobs], jobs)
     return [c for part in results for c in part]
 
 
-def _blob_error(make: Callable[[Blob], Chunk], blob: Blob) -> Chunk:
+def _blob_error(make: Callable[[Blob], Chunk], blob: Blob, path: str) -> Chunk:
     try:
         return make(blob)
     except BtfError as err:
-        raise LinkError(f'{blob.label}: {err}') from None
+        raise LinkError(f'{path}: {blob.label}: {err}') from None
 
 
 def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:

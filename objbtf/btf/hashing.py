@@ -25,6 +25,7 @@ from collections.abc import Callable
 from hashlib import blake2b
 from typing import Final
 
+from .errors import BtfError
 from .kinds import (
     KINDS, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
 )
@@ -128,10 +129,25 @@ class Hasher:
 
     def run(self) -> tuple[list[int], bytearray]:
         state = self._state
-        for type_id, _ in self.btf.own():
-            if not state[type_id]:
-                self._hash(type_id)
+        try:
+            for type_id, _ in self.btf.own():
+                if not state[type_id]:
+                    self._hash(type_id)
+        except IndexError:
+            dangling = self._dangling()
+            if dangling is None:
+                raise
+            raise dangling from None
         return self.hashes, self.flags
+
+    def _dangling(self) -> BtfError | None:
+        """The error for a table whose types refer past its last one."""
+        last = self.btf.next_id - 1
+        for type_id, t in self.btf.own():
+            if any(ref > last for ref in t.refs()):
+                return BtfError(f'type {type_id} refers to type {max(t.refs())}, '
+                                f'past the last type ({last})')
+        return None
 
     def _token(self, type_id: int) -> bytes:
         token = self.tokens[type_id]
