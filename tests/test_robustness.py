@@ -348,6 +348,20 @@ def test_link_without_chunks_names_the_blob_that_is_wrong(tmp_path, damage, says
     link_fails(tmp_path, bare, 'BTF blob 3 at offset', says)
 
 
+def test_a_forged_chunk_still_gives_one_line_naming_the_object(tmp_path):
+    """The checksum guards against damage, not forgery: a chunk made to
+    match a blob whose VAR refers past its last type is trusted, and the
+    merge still stops on one line naming the object."""
+    import fuzz
+    linked = linked_fixture(tmp_path)
+    patch(linked, first_of(blob_types(linked, 0), 'VAR') + 8,
+          COUNT_PAST.to_bytes(4, 'little'))
+    line = link_fails(tmp_path, linked, 'checksum')
+    assert 'counter_a.o' in line, line
+    linked.write_bytes(fuzz.resign(linked.read_bytes()))
+    link_fails(tmp_path, linked, 'the BTF of counter_a.o', 'past the last type')
+
+
 def test_a_corrupt_chunk_name_is_shown_escaped_on_one_line(tmp_path):
     from objbtf.btf.chunk import SECTION
     linked = linked_fixture(tmp_path)
