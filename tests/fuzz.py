@@ -10,7 +10,8 @@ A finding is any of:
 - a failed command that modified its input, or an error message that is
   not one line naming the input;
 - a command that exited 0 having written BTF that ``objbtf check``'s rules
-  reject (encode's object, link's output).
+  reject (encode's object, link's output), or that bpftool cannot read
+  (when installed).
 
 ``link`` gets linked files (``ld -r`` and executable links of encoded
 objects), mutated anywhere, or where the link trusts what it reads: a
@@ -336,7 +337,25 @@ def _valid(path: Path) -> str | None:
     if not raw:
         return None
     problems = validate_bytes(raw)
-    return str(problems[0]) if problems else None
+    if problems:
+        return str(problems[0])
+    return _bpftool_refuses(path)
+
+
+#: bpftool, the other oracle a written output must satisfy (libbpf and libelf
+#: read it); the judge uses it when installed.
+BPFTOOL = shutil.which('bpftool')
+
+
+def _bpftool_refuses(path: Path) -> str | None:
+    """Why ``bpftool btf dump file`` cannot read ``path``, or None."""
+    if BPFTOOL is None:
+        return None
+    r = subprocess.run([BPFTOOL, 'btf', 'dump', 'file', str(path)], capture_output=True,
+                       text=True, errors='replace', timeout=TIMEOUT)
+    if r.returncode:
+        return f'bpftool: {(r.stderr.strip().splitlines() or ["exit " + str(r.returncode)])[-1]}'
+    return None
 
 
 #: Where link writes: raw BTF, an object to link in (.btf.vmlinux.bin.o),

@@ -46,12 +46,12 @@ header (magic, version, u16 0, count, btf_size) and no name.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 import zlib
 from array import array
 from collections.abc import Sequence
-from itertools import compress
 
 from ..errors import shown
 from ..functions import decode_facts, encode_facts
@@ -69,6 +69,7 @@ _V1_HEADER = 16
 _DATASEC = int(Kind.DATASEC)
 _ENTRY_OFFSET = KINDS[Kind.DATASEC].entry_offset(0, 'offset')
 _ENTRY_LEN = KINDS[Kind.DATASEC].entry_len
+_NONZERO = re.compile(b'[^\0]')
 
 
 class Chunk:
@@ -176,8 +177,8 @@ def _blob_crc(crc: int, blob: bytes, offsets: Sequence[int], flags: bytes) -> in
     types_at = h.hdr_len + h.type_off
     e = order_char(h.order)
     pos = 0
-    for i in compress(range(len(flags)), flags):
-        record = types_at + offsets[i]
+    for flagged in _NONZERO.finditer(flags):
+        record = types_at + offsets[flagged.start()]
         (info,) = struct.unpack_from(e + 'I', blob, record + 4)
         if (info >> 24) & 0x1f != _DATASEC:
             continue
