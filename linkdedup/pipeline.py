@@ -421,9 +421,8 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
         if merge:
             progress.step(f'hash the types of {len(blobs)} blobs')
         made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs, path)
-        if not merge:
-            _keep_facts(elf, made)
-        inputs = Inputs(sec, blobs, made, vouched=False)
+        vouched = not merge and _keep_facts(elf, blobs, made)
+        inputs = Inputs(sec, blobs, made, vouched=vouched)
     else:
         chunks = [c for c in found if c.has_btf]
         blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
@@ -434,17 +433,20 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
     return inputs
 
 
-def _keep_facts(elf: ElfFile, made: list[Chunk]) -> None:
+def _keep_facts(elf: ElfFile, blobs: list[Blob], made: list[Chunk]) -> bool:
     """The function facts of the file's own chunks, if it has them, on the
-    chunks made for its blobs (one each, in link order)."""
+    chunks made for its ``blobs`` (one each, in link order); whether those
+    chunks vouch for the blobs (``Inputs.vouched``)."""
     sec = elf.section_by_name(CHUNK_SECTION)
     if sec is None or sec.size == 0:
-        return
+        return False
     own = [c for c in split_chunks(elf.section_view(sec), elf.byteorder) if c.has_btf]
     elf.release(sec)
-    if len(own) == len(made):
-        for chunk, theirs in zip(made, own):
-            chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
+    if len(own) != len(made):
+        return False
+    for chunk, theirs in zip(made, own):
+        chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
+    return all(c.describes(b.data) for c, b in zip(own, blobs))
 
 
 def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int,
