@@ -7,12 +7,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 from objbtf.btf.chunk import SECTION as CHUNK_SECTION
 from objbtf.btf.chunk import Chunk, split_chunks
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
-from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
+from objbtf.btf.hashing import past_the_last
+from objbtf.btf.kinds import BTF_HEADER_LEN
 from objbtf.btf.types import Btf, BtfType, gc_paused
 from objbtf.btf.validate import first_problem_among
 from objbtf.btf.writer import encode_btf
@@ -241,25 +243,10 @@ def merge_pass(state: LinkState) -> None:
                               lambda b: elf.release(sec, b.offset, b.offset + len(b.data)),
                               state.jobs)
     btf = state.btf
-    if not inputs.vouched:
-        _check_unvouched(state)
     state.merged = list(btf.types if btf.base is not None else btf.types[1:])
     state.summary.objects = len(inputs.blobs)
     state.summary.types_in = state.table.types_in
     state.summary.merged = len(btf)
-
-
-def _check_unvouched(state: LinkState) -> None:
-    """The merged types of blobs that came without chunks, checked against
-    the kernel's rules: nothing else did (``Inputs.vouched``).  Checking
-    them once merged costs a tenth of checking every blob.  DATASECs are
-    left to the datasec pass, which makes them anew."""
-    btf = state.btf
-    problem = first_problem_among(btf, [i for i, t in btf.own() if t.kind is not Kind.DATASEC])
-    if problem is not None:
-        blob, _ = state.table.origin(problem.type_id)
-        raise LinkError(f'{state.path}: {blob.label} has BTF the kernel would reject: ' +
-                        shown(f"{problem.kind} '{problem.name or '(anon)'}': {problem.message}"))
 
 
 def relocate_pass(state: LinkState) -> None:
@@ -332,11 +319,19 @@ def dedup_pass(state: LinkState) -> None:
     """Pass 7: libbpf's dedup (``objbtf.btf.dedup``); with a base index,
     through it (``premap``)."""
     state.progress.step(f'dedup {len(state.btf)} types')
-    if state.index is not None:
-        state.final, state.summary.premapped = split_dedup(
-            state.btf, state.merged, *state.table.chunk_entries(), state.index)
-    else:
-        state.final = dedup(state.btf)
+    try:
+        if state.index is not None:
+            state.final, state.summary.premapped = split_dedup(
+                state.btf, state.merged, *state.table.chunk_entries(), state.index)
+        else:
+            state.final = dedup(state.btf)
+    except IndexError:
+        # A base is read as it is (vmlinux's BTF, checked when linked).
+        dangling = state.base.dangling() if state.base is not None else None
+        if dangling is None:
+            raise
+        raise LinkError(f'{state.base_path}: the base BTF is damaged: '
+                        f'{past_the_last(state.base, *dangling)}') from None
     state.summary.types_out = len(state.final)
 
 
@@ -392,15 +387,12 @@ class FromSymbols:
 class Inputs:
     """What ld concatenated: the input section, and its blobs and their
     ``.BTF.objbtf`` chunks (read from the file, or made by ``rehash.py``),
-    in merge order.  ``vouched``: the chunks came from the file and their
-    checksums say each blob is what ``objbtf encode`` wrote, and checked
-    against the kernel's rules; else nothing has checked the blobs yet."""
+    in merge order."""
 
     def __init__(self, section: Section, blobs: list[Blob], chunks: list[Chunk],
-                 typeless: int = 0, vouched: bool = True):
+                 typeless: int = 0):
         self.section = section
         self.typeless = typeless      # objects that went through objbtf without types
-        self.vouched = vouched
         self.blobs = canonical_order(blobs, chunks)
         self.chunks = [chunks[b.index] for b in self.blobs]
 
@@ -418,11 +410,16 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
     found = _chunks(elf, path, objects, progress) if merge else None
     if found is None:
         blobs = split_blobs(elf.section_view(sec))
+        own = None if merge else _own_chunks(elf, blobs)
         if merge:
             progress.step(f'hash the types of {len(blobs)} blobs')
-        made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs, path)
-        vouched = not merge and _keep_facts(elf, blobs, made)
-        inputs = Inputs(sec, blobs, made, vouched=vouched)
+        # Blobs that no checksum vouches for get the kernel's rules there.
+        check = own is None or not all(c.describes(b.data) for c, b in zip(own, blobs))
+        made = _make_chunks(partial(hashed_chunk if merge else unmerged_chunk, check=check),
+                            blobs, jobs, path)
+        for chunk, theirs in zip(made, own or ()):
+            chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
+        inputs = Inputs(sec, blobs, made)
     else:
         chunks = [c for c in found if c.has_btf]
         blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
@@ -433,20 +430,15 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
     return inputs
 
 
-def _keep_facts(elf: ElfFile, blobs: list[Blob], made: list[Chunk]) -> bool:
-    """The function facts of the file's own chunks, if it has them, on the
-    chunks made for its ``blobs`` (one each, in link order); whether those
-    chunks vouch for the blobs (``Inputs.vouched``)."""
+def _own_chunks(elf: ElfFile, blobs: list[Blob]) -> list[Chunk] | None:
+    """The file's own chunks of ``blobs`` (one each, in link order), for
+    their function facts; None if it has none, or not one each."""
     sec = elf.section_by_name(CHUNK_SECTION)
     if sec is None or sec.size == 0:
-        return False
+        return None
     own = [c for c in split_chunks(elf.section_view(sec), elf.byteorder) if c.has_btf]
     elf.release(sec)
-    if len(own) != len(made):
-        return False
-    for chunk, theirs in zip(made, own):
-        chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
-    return all(c.describes(b.data) for c, b in zip(own, blobs))
+    return own if len(own) == len(blobs) else None
 
 
 def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int,

@@ -326,13 +326,14 @@ COUNT_PAST = 1000
 
 
 @pytest.mark.parametrize('damage, says', [
-    ('a reference past the last type', 'past the last type'),
+    ('a reference past the last type', 'refers to missing type [1000]'),
     ('a name past the string section', 'outside the string section'),
     ('an INT with kflag', 'the kernel would reject'),
 ])
 def test_link_without_chunks_names_the_blob_that_is_wrong(tmp_path, damage, says):
-    """No .BTF.objbtf: nothing vouches for the blobs, so the link checks them
-    (tracebacks in the issue: IndexError in hashing.py and merge.py)."""
+    """No .BTF.objbtf: nothing vouches for the blobs, so the link checks each
+    against the kernel's rules (tracebacks in the issue: IndexError in
+    hashing.py and merge.py)."""
     linked = linked_fixture(tmp_path)
     bare = tmp_path / 'bare.o'
     run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)

@@ -134,20 +134,17 @@ class Hasher:
                 if not state[type_id]:
                     self._hash(type_id)
         except IndexError:
-            dangling = self._dangling()
+            dangling = self.btf.dangling()
             if dangling is None:
                 raise
-            raise dangling from None
+            raise BtfError(past_the_last(self.btf, *dangling)) from None
         return self.hashes, self.flags
 
-    def _dangling(self) -> BtfError | None:
-        """The error for a table whose types refer past its last one."""
-        last = self.btf.next_id - 1
-        for type_id, t in self.btf.own():
-            if any(ref > last for ref in t.refs()):
-                return BtfError(f'type {type_id} refers to type {max(t.refs())}, '
-                                f'past the last type ({last})')
-        return None
+
+def past_the_last(btf: Btf, type_id: int, ref: int) -> str:
+    """What to say of ``btf`` when ``type_id`` refers to ``ref`` past its
+    last type (``Btf.dangling``)."""
+    return f'type {type_id} refers to type {ref}, past the last type ({btf.next_id - 1})'
 
     def _token(self, type_id: int) -> bytes:
         token = self.tokens[type_id]
