@@ -14,7 +14,8 @@ A finding is any of:
   (when installed).
 
 ``link`` gets linked files (``ld -r`` and executable links of encoded
-objects), mutated anywhere, or where the link trusts what it reads: a
+objects, some without their chunks), mutated anywhere, or where the link
+trusts what it reads: a
 chunk's hash copied over another (the robustness issue's silently wrong
 link), offsets and flags.  The chunks' checksums catch those; so that the
 fuzzer also reaches the merge behind them, some cases then make every
@@ -259,7 +260,11 @@ def _padded(n: int) -> int:
 
 
 def mutate_linked(rng: random.Random, data: bytes) -> tuple[bytes, bool]:
-    """A mutated linked file, and whether its chunks were re-signed."""
+    """A mutated linked file, and whether its chunks were re-signed; or,
+    sometimes, one whose chunks the link cannot find (its section renamed),
+    so that it hashes and checks the blobs itself."""
+    if rng.random() < 0.1:
+        return mutate(rng, data.replace(b'.BTF.objbtf\0', b'.BTF.objbtX\0', 1)), False
     if rng.random() < 0.3:
         data = mutate_chunk(rng, data)
     if rng.random() < 0.7:

@@ -140,12 +140,6 @@ class Hasher:
             raise BtfError(past_the_last(self.btf, *dangling)) from None
         return self.hashes, self.flags
 
-
-def past_the_last(btf: Btf, type_id: int, ref: int) -> str:
-    """What to say of ``btf`` when ``type_id`` refers to ``ref`` past its
-    last type (``Btf.dangling``)."""
-    return f'type {type_id} refers to type {ref}, past the last type ({btf.next_id - 1})'
-
     def _token(self, type_id: int) -> bytes:
         token = self.tokens[type_id]
         if token is not None:
@@ -181,3 +175,9 @@ def type_hashes(btf: Btf, kinds: KindRegistry = KINDS) -> tuple[list[int], bytea
     """(hash, flags) per type id of ``btf`` (index 0, void, is unused);
     ``kinds`` is the registry of the kinds it holds."""
     return Hasher(btf, kinds).run()
+
+
+def past_the_last(btf: Btf, type_id: int, ref: int) -> str:
+    """What to say of ``btf`` when ``type_id`` refers to ``ref`` past its
+    last type (``Btf.dangling``)."""
+    return f'type {type_id} refers to type {ref}, past the last type ({btf.next_id - 1})'
