@@ -114,7 +114,7 @@ class Chunk:
         return self.btf_size > 0
 
     @property
-    def label(self) -> str:
+    def label(self) -> str | None:
         """The object's name for a message: escaped unless printable (a
         corrupt chunk's name may hold any bytes)."""
         return None if self.name is None else shown(self.name)

@@ -276,11 +276,26 @@ class _Loop(Exception):
         self.type_id = type_id
 
 
-def _all_types(btf: Btf) -> list[BtfType]:
+def _all_types(btf: Btf) -> list[BtfType] | _AllTypes:
     """Every type by id, base types included, void at 0."""
-    if btf.base is None:
-        return btf.types
-    return _all_types(btf.base) + btf.types
+    return btf.types if btf.base is None else _AllTypes(btf)
+
+
+class _AllTypes:
+    """The types of split BTF and its base by id, looked up in the table: a
+    base read from bytes is parsed only where the check looks (a module's
+    link checks a few types on vmlinux's tens of thousands)."""
+    __slots__ = ('btf', 'total')
+
+    def __init__(self, btf: Btf):
+        self.btf = btf
+        self.total = btf.next_id
+
+    def __getitem__(self, type_id: int) -> BtfType:
+        return self.btf[type_id]
+
+    def __len__(self) -> int:
+        return self.total
 
 
 class _Checker:
