@@ -481,7 +481,7 @@ def write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
     except OSError as err:
         if err.filename == path:
             raise
-        raise OSError(err.errno, err.strerror, path) from None
+        raise OSError(err.errno, err.strerror or str(err), path) from None
 
 
 def _write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
