@@ -620,3 +620,23 @@ def test_a_link_removes_the_temporaries_of_dead_writers(tmp_path):
     stale.write_bytes(b'partial')
     objbtf('link', '-o', 'out.btf', linked.name, cwd=tmp_path)
     assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize('align', [0xff000000, 1 << 31])
+def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
+    """A rewrite honours each section's alignment: 2^31 padded an in-place
+    link's output to 2 GB (a hang in the fuzzer).  libelf refuses an
+    alignment that is not a power of two; objbtf also one above 16 MiB."""
+    linked = linked_fixture(tmp_path)
+    with open(linked, 'rb') as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data..percpu')
+        at = elf['e_shoff'] + elf['e_shentsize'] * index + 48           # sh_addralign
+    patch(linked, at, align.to_bytes(8, 'little'))
+    before = linked.read_bytes()
+    for args in (['link', '-q', linked.name], ['encode', '-q', linked.name]):
+        r = objbtf(*args, cwd=tmp_path, check=False)
+        assert r.returncode == 1
+        line = one_line(r.stderr)
+        assert linked.name in line and f'alignment 0x{align:x}' in line, line
+        assert linked.read_bytes() == before
