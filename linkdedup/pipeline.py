@@ -14,7 +14,7 @@ from objbtf.btf.chunk import Chunk, split_chunks
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import past_the_last
-from objbtf.btf.kinds import BTF_HEADER_LEN
+from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, gc_paused
 from objbtf.btf.validate import first_problem_among
 from objbtf.btf.writer import encode_btf
@@ -269,9 +269,10 @@ def datasec_pass(state: LinkState) -> None:
 
 def _check_datasecs(state: LinkState) -> None:
     """The DATASECs made from what ld says of the variables (relocations,
-    symbols, sections: nothing a checksum covers) against the kernel's
-    rules; variables that collide or lie outside their section are named,
-    with their objects."""
+    symbols, sections: nothing a checksum covers): variables that collide
+    or lie outside their section are named, with their objects.  The
+    kernel's other rules on them wait for dedup (``_check_final_datasecs``):
+    before it the table may have more types than BTF can number."""
     btf, blobs = state.btf, state.inputs.blobs
     first = btf.next_id - len(state.layout)
     for k, fields in enumerate(state.layout):
@@ -289,7 +290,12 @@ def _check_datasecs(state: LinkState) -> None:
                  else f'lies outside the section ({ds.size} bytes)')
         raise LinkError(f'{state.path}: in section {shown(ds.name)}, {variable(j)} {clash}: '
                         'are the relocations of .BTF or the symbols corrupt?')
-    problem = first_problem_among(btf, range(first, btf.next_id))
+
+
+def _check_final_datasecs(state: LinkState) -> None:
+    """The final DATASECs against the kernel's rules (``_check_datasecs``)."""
+    final = state.final
+    problem = first_problem_among(final, [i for i, t in final.own() if t.kind is Kind.DATASEC])
     if problem is not None:
         raise LinkError(f'{state.path}: the variables as ld placed them give BTF the kernel '
                         f'would reject: {shown(str(problem))}')
@@ -332,6 +338,7 @@ def dedup_pass(state: LinkState) -> None:
             raise
         raise LinkError(f'{state.base_path}: the base BTF is damaged: '
                         f'{past_the_last(state.base, *dangling)}') from None
+    _check_final_datasecs(state)
     state.summary.types_out = len(state.final)
 
 

@@ -640,3 +640,14 @@ def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
         line = one_line(r.stderr)
         assert linked.name in line and f'alignment 0x{align:x}' in line, line
         assert linked.read_bytes() == before
+
+
+def test_link_refuses_a_datasec_the_kernel_would_not_take(tmp_path):
+    """The DATASEC takes its output section's name: one that is not
+    printable text (a damaged section name table) is refused on one line,
+    by the kernel's rules on the final DATASECs."""
+    linked = linked_fixture(tmp_path)
+    data = linked.read_bytes()
+    at = data.rindex(b'\0.data..percpu\0') + 1
+    patch(linked, at + 5, b'\x01')
+    link_fails(tmp_path, linked, 'would reject', "DATASEC '.data\\x01.percpu'", 'printable')
