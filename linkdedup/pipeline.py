@@ -293,9 +293,15 @@ def _check_datasecs(state: LinkState) -> None:
 
 
 def _check_final_datasecs(state: LinkState) -> None:
-    """The final DATASECs against the kernel's rules (``_check_datasecs``)."""
-    final = state.final
-    problem = first_problem_among(final, [i for i, t in final.own() if t.kind is Kind.DATASEC])
+    """The final DATASECs against the kernel's rules (``_check_datasecs``).
+    Dedup keeps them, in order, near the end: they are looked for from there."""
+    final, ids = state.final, []
+    for type_id in range(final.next_id - 1, final.start_id - 1, -1):
+        if len(ids) == len(state.layout):
+            break
+        if final[type_id].kind is Kind.DATASEC:
+            ids.append(type_id)
+    problem = first_problem_among(final, ids)
     if problem is not None:
         raise LinkError(f'{state.path}: the variables as ld placed them give BTF the kernel '
                         f'would reject: {shown(str(problem))}')
