@@ -293,18 +293,22 @@ def _check_datasecs(state: LinkState) -> None:
 
 
 def _check_final_datasecs(state: LinkState) -> None:
-    """The final DATASECs against the kernel's rules (``_check_datasecs``).
-    Dedup keeps them, in order, near the end: they are looked for from there."""
-    final, ids = state.final, []
+    """The final DATASECs against the kernel's rules (``_check_datasecs``),
+    with their VARs: the kernel resolves types in id order, and checks the
+    size of a DATASEC's entry only if its VAR was resolved before.  Dedup
+    keeps the DATASECs, in order, near the end: they are looked for from
+    there."""
+    final, datasecs = state.final, []
     for type_id in range(final.next_id - 1, final.start_id - 1, -1):
-        if len(ids) == len(state.layout):
+        if len(datasecs) == len(state.layout):
             break
         if final[type_id].kind is Kind.DATASEC:
-            ids.append(type_id)
-    problem = first_problem_among(final, ids)
+            datasecs.append(type_id)
+    problem = first_problem_among(final, datasecs + [v.type for ds in datasecs
+                                                    for v in final[ds].items])
     if problem is not None:
-        raise LinkError(f'{state.path}: the variables as ld placed them give BTF the kernel '
-                        f'would reject: {shown(str(problem))}')
+        raise LinkError(f'{state.path}: the DATASECs made of the objects\' variables break a '
+                        f'rule of the kernel\'s: {shown(str(problem))}')
 
 
 def functions_pass(state: LinkState) -> None:

@@ -326,14 +326,16 @@ COUNT_PAST = 1000
 
 
 @pytest.mark.parametrize('damage, says', [
-    ('a reference past the last type', 'refers to missing type [1000]'),
-    ('a name past the string section', 'outside the string section'),
-    ('an INT with kflag', 'the kernel would reject'),
+    ('a reference past the last type', ('BTF blob 3 at offset', 'refers to missing type [1000]')),
+    ('a name past the string section', ('BTF blob 3 at offset', 'outside the string section')),
+    ('an INT with kflag', ('BTF blob 3 at offset', 'the kernel would reject')),
+    ('a DATASEC entry smaller than its VAR', ("DATASEC '.data..percpu'",
+                                              "less than its type's 4")),
 ])
-def test_link_without_chunks_names_the_blob_that_is_wrong(tmp_path, damage, says):
+def test_link_without_chunks_names_what_is_wrong(tmp_path, damage, says):
     """No .BTF.objbtf: nothing vouches for the blobs, so the link checks each
     against the kernel's rules (tracebacks in the issue: IndexError in
-    hashing.py and merge.py)."""
+    hashing.py and merge.py), and the DATASECs it makes of them."""
     linked = linked_fixture(tmp_path)
     bare = tmp_path / 'bare.o'
     run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
@@ -342,11 +344,13 @@ def test_link_without_chunks_names_the_blob_that_is_wrong(tmp_path, damage, says
         patch(bare, first_of(types, 'PTR') + 8, (COUNT_PAST).to_bytes(4, 'little'))
     elif damage == 'a name past the string section':
         patch(bare, first_of(types, 'STRUCT'), (0xfffff0).to_bytes(4, 'little'))
-    else:
+    elif damage == 'an INT with kflag':
         at = first_of(types, 'INT') + 4
         info = int.from_bytes(bare.read_bytes()[at:at + 4], 'little')
         patch(bare, at, (info | 1 << 31).to_bytes(4, 'little'))
-    link_fails(tmp_path, bare, 'BTF blob 3 at offset', says)
+    else:       # the size of the first entry of counter_a.o's DATASEC, an int
+        patch(bare, first_of(blob_types(bare, 0), 'DATASEC') + 12 + 8, (2).to_bytes(4, 'little'))
+    link_fails(tmp_path, bare, *says)
 
 
 def test_a_forged_chunk_still_gives_one_line_naming_the_object(tmp_path):
@@ -650,4 +654,4 @@ def test_link_refuses_a_datasec_the_kernel_would_not_take(tmp_path):
     data = linked.read_bytes()
     at = data.rindex(b'\0.data..percpu\0') + 1
     patch(linked, at + 5, b'\x01')
-    link_fails(tmp_path, linked, 'would reject', "DATASEC '.data\\x01.percpu'", 'printable')
+    link_fails(tmp_path, linked, "rule of the kernel's", "DATASEC '.data\\x01.percpu'", 'printable')

@@ -87,9 +87,11 @@ def first_problem(btf: Btf, linux_6_1: bool = False) -> Problem | None:
 def first_problem_among(btf: Btf, type_ids: Iterable[int],
                         linux_6_1: bool = False) -> Problem | None:
     """The first problem the kernel would find in the types ``type_ids`` of
-    ``btf``: their own checks, then resolving them and what they refer to.
-    For a table most of whose types are known to be valid: the link checks
-    the types it makes or that came without a checksum, not all of them."""
+    ``btf``: their own checks, then resolving them and what they refer to,
+    in id order.  For a table most of whose types are known to be valid:
+    the link checks the types it makes or that came without a checksum, not
+    all of them.  Some checks depend on what was resolved before (a
+    DATASEC's entry sizes on its VARs, as in the kernel): give those too."""
     checker = _Checker(btf, 'utf-8', linux_6_1)
     ids = sorted(type_ids)
     for type_id in ids:
