@@ -755,7 +755,8 @@ class _Checker:
         default, which lets a chain stop at a type already checked)."""
         good_id = self.first - 1
         whole = type_ids is None
-        for type_id in range(self.first, self.total) if whole else type_ids:
+        ids = range(self.first, self.total) if type_ids is None else type_ids
+        for type_id in ids:
             t = self.types[type_id]
             if t.kind not in _MODIFIERS:
                 continue
