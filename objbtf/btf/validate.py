@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Final
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import BtfError
@@ -81,24 +80,6 @@ def validate(btf: Btf, linux_6_1: bool = False) -> list[Problem]:
 def first_problem(btf: Btf, linux_6_1: bool = False) -> Problem | None:
     """The first problem ``validate`` finds, or None."""
     problems = validate(btf, linux_6_1)
-    return problems[0] if problems else None
-
-
-def first_problem_among(btf: Btf, type_ids: Iterable[int],
-                        linux_6_1: bool = False) -> Problem | None:
-    """The first problem the kernel would find in the types ``type_ids`` of
-    ``btf``: their own checks, then resolving them and what they refer to,
-    in id order.  For a table most of whose types are known to be valid:
-    the link checks the types it makes or that came without a checksum, not
-    all of them.  Some checks depend on what was resolved before (a
-    DATASEC's entry sizes on its VARs, as in the kernel): give those too."""
-    checker = _Checker(btf, 'utf-8', linux_6_1)
-    ids = sorted(type_ids)
-    for type_id in ids:
-        problem = checker.meta_problem(type_id)
-        if problem:
-            return problem
-    problems = checker.check_references(ids)
     return problems[0] if problems else None
 
 
@@ -278,26 +259,11 @@ class _Loop(Exception):
         self.type_id = type_id
 
 
-def _all_types(btf: Btf) -> list[BtfType] | _AllTypes:
+def _all_types(btf: Btf) -> list[BtfType]:
     """Every type by id, base types included, void at 0."""
-    return btf.types if btf.base is None else _AllTypes(btf)
-
-
-class _AllTypes:
-    """The types of split BTF and its base by id, looked up in the table: a
-    base read from bytes is parsed only where the check looks (a module's
-    link checks a few types on vmlinux's tens of thousands)."""
-    __slots__ = ('btf', 'total')
-
-    def __init__(self, btf: Btf):
-        self.btf = btf
-        self.total = btf.next_id
-
-    def __getitem__(self, type_id: int) -> BtfType:
-        return self.btf[type_id]
-
-    def __len__(self) -> int:
-        return self.total
+    if btf.base is None:
+        return btf.types
+    return _all_types(btf.base) + btf.types
 
 
 class _Checker:
@@ -346,14 +312,13 @@ class _Checker:
         if self.total > BTF_MAX_TYPE:
             return [Problem(None, '', '', f'{self.total - 1} types, more than the '
                             f'{BTF_MAX_TYPE - 1} BTF can number')]
-        problems = [self.meta_problem(type_id) for type_id in range(self.first, self.total)]
-        return [p for p in problems if p]
-
-    def meta_problem(self, type_id: int) -> Problem | None:
-        """What the kernel finds wrong with the type on its own, if anything."""
-        t = self.types[type_id]
-        message = _unencodable(t) or _META.get(t.kind, _meta_not_linux)(self, t)
-        return self.problem(type_id, message) if message else None
+        problems = []
+        for type_id in range(self.first, self.total):
+            t = self.types[type_id]
+            message = _unencodable(t) or _META.get(t.kind, _meta_not_linux)(self, t)
+            if message:
+                problems.append(self.problem(type_id, message))
+        return problems
 
     def identifier(self, name: str) -> bool:
         ok = self._identifiers.get(name)
@@ -387,17 +352,15 @@ class _Checker:
 
     # -- pass 3: references (btf_check_all_types) --------------------------
 
-    def check_references(self, type_ids: list[int] | None = None) -> list[Problem]:
-        """Resolve ``type_ids`` (every own type by default) and what they
-        need, and check their type tags."""
+    def check_references(self) -> list[Problem]:
         try:
-            for type_id in range(self.first, self.total) if type_ids is None else type_ids:
+            for type_id in range(self.first, self.total):
                 t = self.types[type_id]
                 if t.kind in _NEEDS_RESOLVE and not self.resolved(type_id):
                     self.resolve(type_id)
                 if t.kind is Kind.FUNC_PROTO:
                     self.check_func_proto(type_id, t)
-            self.check_type_tags(type_ids)
+            self.check_type_tags()
         except _Reject as r:
             return [self.problem(r.type_id, r.message)]
         return []
@@ -750,13 +713,9 @@ class _Checker:
 
     # -- pass 4: type tags first in modifier chains (btf_check_type_tags) --
 
-    def check_type_tags(self, type_ids: Iterable[int] | None = None) -> None:
-        """Every chain of modifiers from ``type_ids`` (every own type by
-        default, which lets a chain stop at a type already checked)."""
+    def check_type_tags(self) -> None:
         good_id = self.first - 1
-        whole = type_ids is None
-        ids = range(self.first, self.total) if type_ids is None else type_ids
-        for type_id in ids:
+        for type_id in range(self.first, self.total):
             t = self.types[type_id]
             if t.kind not in _MODIFIERS:
                 continue
@@ -777,8 +736,7 @@ class _Checker:
                 if target is None:
                     raise _Reject(type_id, f'modifier chain reaches missing type [{cur}]')
                 t = target
-            if whole:
-                good_id = type_id
+            good_id = type_id
 
 
 def _bits_fit(struct_size: int, bit_offset: int, nbits: int) -> str | None:
