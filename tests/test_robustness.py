@@ -225,3 +225,24 @@ def test_encode_writes_through_no_named_temporary(tmp_path):
             sys.executable, '-m', 'objbtf', 'encode', obj,
             env={**os.environ, 'PYTHONPATH': str(ROOT)})
     assert 'O_TMPFILE' in r.stderr and 'linkat(' in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize('align', [0xff000000, 1 << 31])
+def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
+    """A rewrite honours each section's alignment: 2^31 padded the output to
+    2 GB (the fuzzer's MemoryError or hang).  libelf refuses an alignment
+    that is not a power of two; objbtf also one above 16 MiB."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-g')
+    with open(obj, 'rb') as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data')
+        at = elf['e_shoff'] + elf['e_shentsize'] * index + 48           # sh_addralign
+    data = bytearray(obj.read_bytes())
+    data[at:at + 8] = align.to_bytes(8, 'little')
+    obj.write_bytes(data)
+    for command in ('encode', 'check', 'dump'):
+        r = objbtf(command, obj, check=False)
+        assert r.returncode == 1
+        line = one_line(r.stderr)
+        assert obj.name in line and f'alignment 0x{align:x}' in line, line
+        assert obj.read_bytes() == data

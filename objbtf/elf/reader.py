@@ -49,6 +49,11 @@ LAYOUTS = {(bits, order): Layout(bits, order)
            for bits in (32, 64) for order in ('little', 'big')}
 
 
+#: The largest section alignment objbtf reads: a kernel's sections ask for
+#: a page at the most, and a rewrite honours what they ask.
+MAX_ALIGN = 1 << 24
+
+
 class Section(namedtuple('Section', 'index name type flags addr offset size link info '
                                     'addralign entsize name_offset')):
     """One section header; ``name_offset`` is sh_name, kept for rewriting."""
@@ -193,10 +198,15 @@ class ElfFile:
     def _parse_sections(self) -> list[Section]:
         rows = self._header_rows()
         size = len(self.data)
-        for i, (_, typ, _, _, off, sz, *_rest) in enumerate(rows):
+        for i, (_, typ, _, _, off, sz, _, _, align, _) in enumerate(rows):
             if typ not in (SHT_NULL, SHT_NOBITS) and off + sz > size:
                 raise ElfError(f'section {i} (offset 0x{off:x}, size 0x{sz:x}) runs past '
                                f'the end of the file ({size} bytes)')
+            # libelf refuses the first (ELF_E_INVALID_ALIGN); a rewrite would
+            # pad the file by gigabytes for the second.
+            if align & (align - 1) or align > MAX_ALIGN:
+                raise ElfError(f'section {i} has alignment 0x{align:x}: not a power of two '
+                               f'up to 0x{MAX_ALIGN:x}')
         names = self._section_names(rows)
         return [Section(i, names(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7],
                         r[8], r[9], r[0]) for i, r in enumerate(rows)]
