@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .btf.chunk import SECTION as CHUNK_SECTION
+from .btf.types import gc_paused
 from .compiler_btf.loader import encode_compiler_btf
 from .elf.errors import FileChanged
 from .elf.reader import ElfFile
@@ -45,7 +46,9 @@ def encode_path(path: str, features: Features) -> Encoded | None:
 
 
 def _encode_once(path: str, features: Features) -> Encoded | None:
-    with ElfFile.open(path) as elf:
+    # One object's types never form cycles that refcounting cannot free:
+    # the cyclic collector would only walk them, once after each pass.
+    with gc_paused(), ElfFile.open(path) as elf:
         enc = _encode(elf, features, path)
         if enc is None or not len(enc.btf):
             write_typeless_chunk(path, elf, path)

@@ -94,7 +94,7 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     (``source`` names where the types came from), the blob, its
     relocations and the chunk, with ``facts`` on the functions."""
     placements = _add_datasecs(btf, elf, entries)
-    out = dedup(btf)
+    out = dedup(btf, consume=True)
     _refuse_invalid(out, source)
     offsets: list[int] = []
     raw = encode_btf(out, offsets)
@@ -393,7 +393,8 @@ def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], offsets: lis
     """
     arch = arch_for(elf)
     fields = []
-    datasecs = [(i, t) for i, (_, t) in enumerate(btf.own()) if t.kind is Kind.DATASEC]
+    datasec = Kind.DATASEC
+    datasecs = [(i, t) for i, (_, t) in enumerate(btf.own()) if t.kind is datasec]
     layout = KINDS[Kind.DATASEC]
     for (pos, t), rows in zip(datasecs, placements, strict=True):
         # encode_btf puts the type section right after the header.

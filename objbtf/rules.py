@@ -3,11 +3,12 @@
 compiler's own BTF) so that both give the same types."""
 from __future__ import annotations
 
-from .btf.kinds import Kind
+from .btf.kinds import ENUM, ENUM64, Kind
 from .btf.types import BtfType, Enumerator
 from .features import Features
 
 FAKE_INT = '__SANITIZED_FAKE_INT__'
+_new = tuple.__new__
 
 
 def base_type(name: str, size: int, encoding: int, is_float: bool,
@@ -34,13 +35,13 @@ def enum_type(name: str, size: int, values: list[Enumerator], signed: bool,
     value is negative) or an ENUM64 (signed when ``signed``, the underlying
     type's signedness)."""
     if size <= 4 or not features.enum64:
-        kind, signed = Kind.ENUM, any(v.value < 0 for v in values)
-        vals = tuple(Enumerator(v.name, _s32(v.value) if signed else v.value & 0xffffffff)
-                     for v in values)
+        kind, signed = ENUM, any([v < 0 for _, v in values])
+        vals = tuple([_new(Enumerator, (n, _s32(v) if signed else v & 0xffffffff))
+                      for n, v in values])
     else:
-        kind = Kind.ENUM64
-        vals = tuple(Enumerator(v.name, _s64(v.value) if signed else v.value & (2**64 - 1))
-                     for v in values)
+        kind = ENUM64
+        vals = tuple([_new(Enumerator, (n, _s64(v) if signed else v & (2**64 - 1)))
+                      for n, v in values])
     t = BtfType(kind, name, size=size, items=vals)
     t.signed = signed
     return t

@@ -48,7 +48,7 @@ from .kinds import (
     ENUM as _ENUM, FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT,
     STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
 )
-from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
+from .types import VOID, Btf, BtfType, Head, Member, Param, gc_paused, head
 
 _UNPROCESSED = -1
 _IN_PROGRESS = -2
@@ -57,18 +57,23 @@ _new = tuple.__new__
 
 Key = object
 Resolve = Callable[[int], int]
+#: A member's name, bit offset and bitfield size; a parameter's name.
+_MEMBER_SHAPE = itemgetter(0, 2, 3)
+_PARAM_NAME = itemgetter(0)
 
 
 def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = None,
-          kinds: KindRegistry = KINDS) -> Btf:
+          kinds: KindRegistry = KINDS, consume: bool = False) -> Btf:
     """A new, deduplicated copy of ``btf`` (split BTF stays on its base).
     ``split_base`` says what the dedup needs of the base, when something
     holds it already (else it is read from the base's heads).  ``kinds``
-    is the registry of the kinds ``btf`` holds."""
+    is the registry of the kinds ``btf`` holds.  With ``consume``, the
+    caller is done with ``btf``: its type objects (each must be in it
+    once) become the output's, changed in place, instead of being copied."""
     with gc_paused():
         # The passes' state is freed before the collector comes back: it
         # would walk all of it once.
-        return _Dedup(btf, libbpf_1_1, split_base, kinds).run()
+        return _Dedup(btf, libbpf_1_1, split_base, kinds).run(consume)
 
 
 # -- the kinds, as dedup sees them ---------------------------------------------
@@ -141,14 +146,13 @@ class _Classes:
             """All a graph walk compares of ``t`` but the ids it refers to."""
             k = t.kind
             if k in composite:
-                return (k, t.name, t.kflag, t.size,
-                        tuple([(m.name, m.bit_offset, m.bitfield_size) for m in t.items]))
+                return (k, t.name, t.kflag, t.size, tuple(map(_MEMBER_SHAPE, t.items)))
             if k in chain:
                 return (k, t.name, t.kflag, t.linkage)
             if k is _ARRAY:
                 return (k, t.name, t.kflag, t.nelems)
             if k is _FUNC_PROTO:
-                return (k, t.name, t.kflag, tuple([p.name for p in t.items]))
+                return (k, t.name, t.kflag, tuple(map(_PARAM_NAME, t.items)))
             if k is _INT:
                 return (k, t.name, t.kflag, t.size, t.encoding, t.bit_offset, t.bits)
             if k is _FLOAT:
@@ -253,7 +257,10 @@ class _Candidates:
         if entry.__class__ is not int:
             return self.get(key)[0]
         if entry == type_id:
-            self._count_add()
+            size = self._size = self._size + 1           # _count_add, inline
+            if size * 4 // 3 > self._cap:
+                self._cap = max(4, self._cap * 2)
+                self._grows += 1
         return entry
 
     def add(self, key: Key, type_id: int) -> None:
@@ -267,10 +274,10 @@ class _Candidates:
             self.get(key).insert(0, type_id)
 
     def _count_add(self) -> None:
-        if (self._size + 1) * 4 // 3 > self._cap:
+        size = self._size = self._size + 1
+        if size * 4 // 3 > self._cap:
             self._cap = max(4, self._cap * 2)
             self._grows += 1
-        self._size += 1
 
 
 def _growth_points(adds: int) -> list[int]:
@@ -594,12 +601,12 @@ class _Dedup:
 
     # -- passes -----------------------------------------------------------
 
-    def run(self) -> Btf:
+    def run(self, consume: bool) -> Btf:
         self.prim_types()
         self.struct_types()
         self.resolve_fwds()
         self.ref_types()
-        out = self.compact()
+        out = self.compact(consume)
         # A split table's lookups refer back to this object: without that
         # cycle, refcounting frees all of the state at once.
         del self.table
@@ -648,16 +655,23 @@ class _Dedup:
         return seen
 
     def struct_types(self) -> None:
-        kinds = self.kinds
+        kinds, m, sids, table = self.kinds, self.map, self.sids, self.table
         walked = self.composite if self.legacy else self.composite | {_TYPEDEF}
         for i in range(self.start, len(kinds)):
-            if kinds[i] in walked and self.map[i] < 0:
-                self._struct_type(i)
+            if kinds[i] in walked and m[i] < 0:
+                key = sids[i]
+                if key < 0:
+                    key = self.sid(i)
+                candidates = table.get(key)
+                if candidates:
+                    self._struct_type(i, key, candidates)
+                else:                           # what most are: the first of their shape
+                    m[i] = i
+                    table.add(key, i)
 
-    def _struct_type(self, i: int) -> None:
-        key = self.sid(i)
+    def _struct_type(self, i: int, key: Key, candidates: Sequence[int]) -> None:
         new_id = i
-        for c in self.table.get(key):
+        for c in candidates:
             self.hypot.clear()
             self.adjust_canon = False
             if not self.is_equiv(i, c):
@@ -841,11 +855,19 @@ class _Dedup:
         if j == _IN_PROGRESS:
             raise BtfError(f'type {i} refers to itself without a struct or union')
         m[i] = _IN_PROGRESS
-        new_id = m[i] = self.table.first_or_add(self._ref_key(self.types[i], self._ref_type), i)
+        t = self.types[i]
+        k = t.kind
+        if k in self.chain:                     # _ref_key's commonest case, inline
+            x = t.type
+            key = (k, t.name, t.kflag, t.linkage, x if m[x] == x else self._ref_type(x))
+        else:
+            key = self._ref_key(t, self._ref_type)
+        new_id = m[i] = self.table.first_or_add(key, i)
         return new_id
 
-    def compact(self) -> Btf:
-        """The canonical own types, in id order, with ids remapped."""
+    def compact(self, consume: bool) -> Btf:
+        """The canonical own types, in id order, with ids remapped (copies,
+        or with ``consume`` the types themselves)."""
         start, m = self.start, self.map
         n = len(m)
         new_id = list(range(start)) + [-1] * (n - start)
@@ -864,10 +886,12 @@ class _Dedup:
         out = [VOID]
         for i in kept:
             t = types[i]
-            c = t.copy()
+            c = t if consume else t.copy()
             k = t.kind
             if k in one_ref:
                 c.type = final[t.type]
+            elif k is _STRUCT or k is _UNION:
+                c.items = tuple([_new(Member, (n, final[x], o, b)) for n, x, o, b in t.items])
             elif k is _FUNC_PROTO:
                 c.type = final[t.type]
                 c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))

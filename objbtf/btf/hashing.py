@@ -26,7 +26,7 @@ from hashlib import blake2b
 from typing import Final
 
 from .kinds import (
-    KINDS, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
+    KINDS, Kind, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
 )
 from .types import Btf, BtfType
 
@@ -79,30 +79,43 @@ def _scalar_writer(kinds: KindRegistry) -> Callable[[BtfType], str]:
     """``scalars(t)`` for the kinds of registry ``kinds``: a type's own
     fields, without the ids it refers to, as one string."""
     composite, enums, entry_type_at = kinds.composite, kinds.enums, kinds.entry_type_at
+    numbers = {i.kind: str(i.number) for i in kinds}
 
     def scalars(t: BtfType) -> str:
         k = t.kind
         if k in composite:
-            items = '\x1e'.join(f'{m.name}\x1f{m.bit_offset}\x1f{m.bitfield_size}'
-                                for m in t.items)
+            items = '\x1e'.join([f'{m.name}\x1f{m.bit_offset}\x1f{m.bitfield_size}'
+                                 for m in t.items])
         elif k is _FUNC_PROTO:
-            items = '\x1e'.join(p.name for p in t.items)
+            items = '\x1e'.join([p.name for p in t.items])
         elif k is _DATASEC:
             # Not the offsets: ld relocates them, and a link that hashes blobs
             # itself (linkdedup/rehash.py) must get the hashes the encoder gave.
-            items = '\x1e'.join(str(v.size) for v in t.items)
+            items = '\x1e'.join([str(v.size) for v in t.items])
         elif k in enums:
-            items = '\x1e'.join(f'{v.name}\x1f{v.value}' for v in t.items)
+            items = '\x1e'.join([f'{v.name}\x1f{v.value}' for v in t.items])
         elif t.items:               # a kind only its registry entry describes
             at = entry_type_at.get(k)
             items = '\x1e'.join('\x1f'.join([str(x) for j, x in enumerate(e) if j != at])
                                 for e in t.items)
         else:
             items = ''
-        return (f'{int(k)}\x1f{t.name}\x1f{t.size}\x1f{t.kflag}\x1f{t.encoding}\x1f'
+        if not (t.encoding or t.bit_offset or t.bits or t.nelems or t.linkage) \
+                and t.component_idx == -1:      # most types: fewer numbers to format
+            return (f'{numbers[k]}\x1f{t.name}\x1f{t.size}\x1f{t.kflag}'
+                    f'\x1f0\x1f0\x1f0\x1f0\x1f0\x1f-1\x1d{items}')
+        return (f'{numbers[k]}\x1f{t.name}\x1f{t.size}\x1f{t.kflag}\x1f{t.encoding}\x1f'
                 f'{t.bit_offset}\x1f{t.bits}\x1f{t.nelems}\x1f{t.linkage}\x1f{t.component_idx}'
                 f'\x1d{items}')
     return scalars
+
+
+@functools.cache
+def _bare_scalars(kinds: KindRegistry) -> dict[Kind, bytes]:
+    """Per kind that refers to one type: the fields of one that is
+    anonymous and sets nothing but its target (most of them), encoded."""
+    scalars = _scalar_writer(kinds)
+    return {k: scalars(BtfType(k)).encode() for k in kinds.one_ref}
 
 
 class Hasher:
@@ -112,11 +125,13 @@ class Hasher:
     def __init__(self, btf: Btf, kinds: KindRegistry = KINDS):
         self.btf = btf
         self._scalars = _scalar_writer(kinds)
+        self._bare = _bare_scalars(kinds)
         self._unmerged = kinds.not_deduped
+        self._one_ref = kinds.one_ref
         n = btf.next_id
         named_aggregate = aggregate_namer(kinds)
-        names = [None] + [named_aggregate(t) for _, t in btf.own()]
-        self.named = bytearray(name is not None for name in names)
+        names = [None] + [named_aggregate(t) if t.name else None for _, t in btf.own()]
+        self.named = bytearray([name is not None for name in names])
         # What a reference to each type contributes: a named aggregate its
         # name only, anything else its hash once known.
         self.tokens: list[bytes | None] = [b'N' + name.encode() if name is not None else None
@@ -125,6 +140,8 @@ class Hasher:
         self.hashes = [0] * n
         self.flags = bytearray(n)
         self._state = [0] * n          # 0 new, -1 in progress, 1 done
+        self._types = btf.types
+        self._flagged = False          # whether any type has a flag yet
 
     def run(self) -> tuple[list[int], bytearray]:
         state = self._state
@@ -139,6 +156,7 @@ class Hasher:
             return token
         if self._state[type_id] == _IN_PROGRESS:     # a cycle without a named aggregate
             self.flags[type_id] |= UNMERGEABLE
+            self._flagged = True
             return b'H' + type_id.to_bytes(8, 'little')
         self._hash(type_id)
         token = self.tokens[type_id]
@@ -146,22 +164,37 @@ class Hasher:
         return token
 
     def _hash(self, type_id: int) -> None:
-        self._state[type_id] = _IN_PROGRESS
-        t = self.btf[type_id]
-        parts = [self._scalars(t).encode()]
-        flag = UNMERGEABLE if t.kind in self._unmerged else 0
+        state = self._state
+        state[type_id] = _IN_PROGRESS
+        t = self._types[type_id]
+        k = t.kind
+        refs: tuple[int, ...]
+        if k in self._one_ref:
+            refs = (t.type,)
+            bare = not (t.name or t.size or t.kflag or t.encoding or t.bit_offset or t.bits
+                        or t.nelems or t.linkage or t.items) and t.component_idx == -1
+            parts = [self._bare[k] if bare else self._scalars(t).encode()]
+        else:
+            refs = t.refs()
+            parts = [self._scalars(t).encode()]
+        tokens = self.tokens
+        for ref in refs:
+            token = tokens[ref]
+            parts.append(token if token is not None else self._token(ref))
+        flag = UNMERGEABLE if k in self._unmerged else 0
         named, flags = self.named, self.flags
-        for ref in t.refs():
-            parts.append(self._token(ref))
-            if ref and not named[ref]:
-                flag |= flags[ref]
+        if self._flagged:           # (else no flag to inherit: every one is 0)
+            for ref in refs:
+                if ref and not named[ref]:
+                    flag |= flags[ref]
         digest = blake2b(b'\x1c'.join(parts), digest_size=8).digest()
         if flag:
             flags[type_id] |= flag
+            self._flagged = True
         self.hashes[type_id] = int.from_bytes(digest, 'little')
         if not named[type_id]:
-            self.tokens[type_id] = b'H' + digest
-        self._state[type_id] = 1
+            tokens[type_id] = b'H' + digest
+        state[type_id] = 1
 
 
 def type_hashes(btf: Btf, kinds: KindRegistry = KINDS) -> tuple[list[int], bytearray]:

@@ -33,14 +33,16 @@ _new = tuple.__new__
 
 
 def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0,
-              offsets: list[int] | None = None, kinds: KindRegistry = KINDS) -> Btf:
+              offsets: list[int] | None = None, kinds: KindRegistry = KINDS,
+              words: list[int] | None = None) -> Btf:
     """Parse a BTF blob, in either byte order; with ``base`` it is split BTF on top of it.
 
     ``shift`` is added to every non-void type id the blob refers to: the link
     concatenates blobs this way without a second pass over their types.
     ``offsets``, if given, receives the byte offset of each own type in the
     type section, as ``encode_btf`` gives them.  ``kinds`` is the registry
-    of the kinds the blob may hold.
+    of the kinds the blob may hold.  ``words``, if given, receives the type
+    section as 32-bit words in the host's order (the check reads it so).
 
     The blob is checked whole here (a broken one raises BtfError now), but
     each type is only built when first used: see ``Btf``.
@@ -55,7 +57,7 @@ def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0,
     parser = TypeParser(h.types(data), order_char(h.order), strings, shift, kinds)
     first_id = base.next_id if base is not None else 1
     with gc_paused():
-        section = _Section(parser, first_id, h.order, void=base is None)
+        section = _Section(parser, first_id, h.order, void=base is None, words=words)
     if offsets is not None:
         offsets += section.offsets
     return Btf.lazy(len(section.offsets), section, base, h.order, strings)
@@ -249,13 +251,14 @@ class _Section:
     head.  The scan checks all that parsing checks, so parsing a type later
     cannot fail."""
 
-    def __init__(self, parser: TypeParser, first_id: int, order: str, void: bool):
+    def __init__(self, parser: TypeParser, first_id: int, order: str, void: bool,
+                 words: list[int] | None = None):
         self.parser = parser
         self.first_id = first_id
         self.void = int(void)           # whether its table's types start with void
         self.offsets: list[int] = []
         self._heads: list[Head] = []
-        self._scan(order)
+        self._scan(order, words)
 
     def parse(self, index: int) -> BtfType:
         """The type at ``index`` of its table's ``types``."""
@@ -265,10 +268,10 @@ class _Section:
     def heads(self) -> list[Head]:
         return self._heads
 
-    def _scan(self, order: str) -> None:
+    def _scan(self, order: str, keep: list[int] | None) -> None:
         """Walks the headers, as 32-bit words (every type is a whole number of
-        them); a type that may be broken is parsed, to raise parsing's own
-        error."""
+        them), put in ``keep`` if given; a type that may be broken is parsed,
+        to raise parsing's own error."""
         parser = self.parser
         tdata, names, shift = parser.tdata, parser.name, parser.shift
         scan = _scan_layouts(parser.kinds)
@@ -277,6 +280,8 @@ class _Section:
         if order != sys.byteorder:
             words.byteswap()
         words = words.tolist()
+        if keep is not None:
+            keep[:] = words
         names.load_all()
         limit = names.valid_below()
         add_offset, add_head = self.offsets.append, self._heads.append

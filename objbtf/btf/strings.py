@@ -39,7 +39,7 @@ class StringTable(dict):
 
     def data(self) -> bytes:
         """The section's own bytes (without the base's)."""
-        return ''.join([s + '\0' for s in self._parts]).encode()
+        return ('\0'.join(self._parts) + '\0').encode() if self._parts else b''
 
 
 class StringReader(dict):

@@ -32,7 +32,12 @@ from dataclasses import dataclass
 
 from .errors import BtfError
 from .header import BtfHeader, header_len, magic_order
-from .kinds import BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, KINDS, MAX_RESOLVE_DEPTH, Kind
+# Kinds by their module-level names: ``Kind.X`` costs a descriptor call.
+from .kinds import (
+    ARRAY, BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, CONST, DATASEC, DECL_TAG, ENUM, ENUM64,
+    FLOAT, FUNC, FUNC_PROTO, FWD, INT, KINDS, MAX_RESOLVE_DEPTH, PTR, RESTRICT, STRUCT,
+    TYPE_TAG, TYPEDEF, UNION, UNKN, VAR, VOLATILE,
+)
 from .reader import read_leniently
 from .strings import StringReader
 from .types import Btf, BtfType, Member, Param, VarSecinfo, VOID
@@ -49,6 +54,9 @@ _BITS_PER_U128: Final = 128
 # The kernel's isalpha/isalnum/isprint (lib/ctype.c): Latin-1 letters count.
 _ALPHA: Final = rb'A-Za-z\xc0-\xd6\xd8-\xf6\xf8-\xff'
 _IDENTIFIER: Final = re.compile(rb'[%s_.][%s0-9_.]{0,%d}' % (_ALPHA, _ALPHA, MAX_NAME_BYTES - 1))
+#: ASCII identifiers, one a line: _IDENTIFIER's ASCII part.
+_ASCII_IDENTIFIER: Final = r'[A-Za-z_.][A-Za-z0-9_.]{0,%d}' % (MAX_NAME_BYTES - 1)
+_ASCII_IDENTIFIERS: Final = re.compile(r'%s(?:\n%s)*' % (_ASCII_IDENTIFIER, _ASCII_IDENTIFIER))
 _SECTION_NAME: Final = re.compile(rb'[\x20-\x7e\xa0-\xff]{1,%d}' % MAX_NAME_BYTES)
 
 
@@ -231,13 +239,32 @@ _MODE_STRUCT: Final = 2
 _MODIFIERS: Final = KINDS.modifier
 _SIZED: Final = KINDS.sized
 _STRUCTS: Final = KINDS.composite
-_NEEDS_RESOLVE: Final = _MODIFIERS | {Kind.PTR, Kind.STRUCT, Kind.UNION, Kind.ARRAY,
-                                          Kind.VAR, Kind.FUNC, Kind.DECL_TAG, Kind.DATASEC}
+_NEEDS_RESOLVE: Final = _MODIFIERS | {PTR, STRUCT, UNION, ARRAY,
+                                   VAR, FUNC, DECL_TAG, DATASEC}
 #: Types that may only start a resolution, never be referred to by one.
-_SOURCE_ONLY: Final = frozenset({Kind.VAR, Kind.DECL_TAG, Kind.DATASEC})
-_NO_SIZE: Final = frozenset({Kind.UNKN, Kind.FWD, Kind.FUNC, Kind.FUNC_PROTO, Kind.DECL_TAG})
-_DECL_TAG_TARGETS: Final = frozenset({Kind.FUNC, Kind.STRUCT, Kind.UNION, Kind.VAR, Kind.TYPEDEF})
+_SOURCE_ONLY: Final = frozenset({VAR, DECL_TAG, DATASEC})
+_NO_SIZE: Final = frozenset({UNKN, FWD, FUNC, FUNC_PROTO, DECL_TAG})
+_DECL_TAG_TARGETS: Final = frozenset({FUNC, STRUCT, UNION, VAR, TYPEDEF})
 _PTR_SIZE: Final = 8
+#: Per walk mode (the kernel's resolve_mode), the kinds the walk goes into
+#: rather than stopping at (the others are its sinks).
+_WALKED: Final = {_MODE_TBD: _NEEDS_RESOLVE, _MODE_PTR: _MODIFIERS | {PTR},
+           _MODE_STRUCT: _MODIFIERS | {ARRAY} | _STRUCTS}
+#: What resolve_reference resolves (btf_ptr_resolve, btf_modifier_resolve,
+#: btf_var_resolve).
+_REFERENCES: Final = _MODIFIERS | {PTR, VAR}
+#: What has a size without resolving (id_size gives it at once) and may be
+#: referred to: a pointer's, modifier's or variable's target ends there.
+_OWN_SIZE: Final = (_SIZED | {PTR}) - {DATASEC}
+#: Members checked by size and byte alignment (_member_sized).
+_WHOLE_MEMBERS: Final = frozenset({PTR, STRUCT, UNION, ENUM, ENUM64})
+_COMPOSITE_OR_PTR: Final = frozenset({PTR, STRUCT, UNION})
+#: The bits of a plain INT (btf_type_int_is_regular, with no bit offset).
+_REGULAR_INT_BITS: Final = frozenset({8, 16, 32, 64, 128})
+#: What check_metas accepts at once when it looks as it should.
+_BARE_KINDS: Final = frozenset({PTR, CONST, VOLATILE, RESTRICT, TYPEDEF,
+                         FUNC_PROTO})
+_new = tuple.__new__
 
 
 class _Reject(Exception):
@@ -302,7 +329,7 @@ class _Checker:
         t = self.get(type_id)
         if t is None:
             return f'missing type [{type_id}]'
-        if t.kind is Kind.UNKN:
+        if t.kind is UNKN:
             return 'void'
         return f"[{type_id}] {t.kind.name} '{t.name or '(anon)'}'"
 
@@ -313,9 +340,34 @@ class _Checker:
             return [Problem(None, '', '', f'{self.total - 1} types, more than the '
                             f'{BTF_MAX_TYPE - 1} BTF can number')]
         problems = []
+        types, idents = self.types, self._identifiers
         for type_id in range(self.first, self.total):
-            t = self.types[type_id]
-            message = _unencodable(t) or _META.get(t.kind, _meta_not_linux)(self, t)
+            t = types[type_id]
+            k = t.kind
+            # What nearly every pointer, modifier, typedef and prototype is,
+            # accepted at once: no field but its own set, a target id in
+            # range (a prototype's: encodable), named as its kind must be.
+            # Any other type, or any doubt, goes through the rules below.
+            if k in _BARE_KINDS and not (t.size or t.kflag or t.encoding or t.bit_offset
+                                         or t.bits or t.index_type or t.nelems or t.linkage) \
+                    and t.component_idx == -1 and 0 <= t.type:
+                if k is FUNC_PROTO:
+                    if not t.name and t.type <= _U32 and len(t.items) <= 0xffff \
+                            and not any([p[1] >> 32 for p in t.items]):
+                        continue
+                elif t.items or t.type > BTF_MAX_TYPE:
+                    pass
+                elif k is TYPEDEF:
+                    if t.name and (idents.get(t.name) or self.identifier(t.name)):
+                        continue
+                elif not t.name:
+                    continue
+            elif k in _STRUCTS and not (t.type or t.encoding or t.bit_offset or t.bits
+                                        or t.index_type or t.nelems or t.linkage) \
+                    and t.component_idx == -1 and 0 <= t.size <= _U32 and 0 <= t.kflag <= 1 \
+                    and len(t.items) <= 0xffff and _composite_fine(self, t):
+                continue
+            message = _unencodable(t) or _META.get(k, _meta_not_linux)(self, t)
             if message:
                 problems.append(self.problem(type_id, message))
         return problems
@@ -323,9 +375,22 @@ class _Checker:
     def identifier(self, name: str) -> bool:
         ok = self._identifiers.get(name)
         if ok is None:
-            raw = name.encode(self.encoding, 'replace')
-            ok = self._identifiers[name] = _IDENTIFIER.fullmatch(raw) is not None
+            if name.isascii():
+                # _IDENTIFIER's ASCII part is Python's ASCII identifiers, with '.'
+                ok = len(name) <= MAX_NAME_BYTES and name.replace('.', '_').isidentifier()
+            else:
+                ok = _IDENTIFIER.fullmatch(name.encode(self.encoding, 'replace')) is not None
+            self._identifiers[name] = ok
         return ok
+
+    def identifiers(self, names: list[str]) -> bool:
+        """Whether every one of ``names`` (none empty) is a valid
+        identifier: ASCII ones all at once, by one match over them joined
+        (none may hold the separator), else one by one."""
+        joined = '\n'.join(names)
+        if joined.isascii() and joined.count('\n') == len(names) - 1:
+            return _ASCII_IDENTIFIERS.fullmatch(joined) is not None
+        return all([self.identifier(n) for n in names])
 
     def named(self, t: BtfType, what: str = 'name') -> str | None:
         if not t.name:
@@ -353,12 +418,14 @@ class _Checker:
     # -- pass 3: references (btf_check_all_types) --------------------------
 
     def check_references(self) -> list[Problem]:
+        types, state, kstart = self.types, self.state, self.kstart
         try:
             for type_id in range(self.first, self.total):
-                t = self.types[type_id]
-                if t.kind in _NEEDS_RESOLVE and not self.resolved(type_id):
+                t = types[type_id]
+                k = t.kind
+                if k in _NEEDS_RESOLVE and type_id >= kstart and state[type_id] != _RESOLVED:
                     self.resolve(type_id)
-                if t.kind is Kind.FUNC_PROTO:
+                if k is FUNC_PROTO:
                     self.check_func_proto(type_id, t)
             self.check_type_tags()
         except _Reject as r:
@@ -373,12 +440,7 @@ class _Checker:
 
     def sink(self, t: BtfType) -> bool:
         """Whether the walk in its current mode stops at ``t``."""
-        k = t.kind
-        if self.mode == _MODE_TBD:
-            return k not in _NEEDS_RESOLVE
-        if self.mode == _MODE_PTR:
-            return k not in _MODIFIERS and k is not Kind.PTR
-        return k not in _MODIFIERS and k is not Kind.ARRAY and k not in _STRUCTS
+        return t.kind not in _WALKED[self.mode]
 
     def push(self, type_id: int) -> None:
         if len(self.stack) == MAX_RESOLVE_DEPTH:
@@ -389,9 +451,9 @@ class _Checker:
         self.stack.append([type_id, 0])
         if self.mode == _MODE_TBD:
             k = self.types[type_id].kind
-            if k is Kind.PTR:
+            if k is PTR:
                 self.mode = _MODE_PTR
-            elif k in _STRUCTS or k is Kind.ARRAY:
+            elif k in _STRUCTS or k is ARRAY:
                 self.mode = _MODE_STRUCT
 
     def pop(self, resolved_id: int, resolved_size: int) -> None:
@@ -404,9 +466,9 @@ class _Checker:
         if type_id >= self.kstart:
             return self.rid[type_id]
         t = self.types[type_id]
-        if t.kind in _MODIFIERS or t.kind in (Kind.VAR, Kind.PTR, Kind.ARRAY):
+        if t.kind in _MODIFIERS or t.kind in (VAR, PTR, ARRAY):
             return self.skip_modifiers(t.type)
-        return t.type if t.kind in (Kind.FUNC, Kind.DECL_TAG) else 0
+        return t.type if t.kind in (FUNC, DECL_TAG) else 0
 
     def resolved_size(self, type_id: int) -> int:
         if type_id >= self.kstart:
@@ -414,7 +476,7 @@ class _Checker:
         size = self._base_sizes.get(type_id)
         if size is None:
             t = self.types[type_id]
-            elem = self.id_size(t.type) if t.kind is Kind.ARRAY else None
+            elem = self.id_size(t.type) if t.kind is ARRAY else None
             size = self._base_sizes[type_id] = (elem[1] * t.nelems) & _U32 if elem else 0
         return size
 
@@ -429,13 +491,15 @@ class _Checker:
 
     def id_size(self, type_id: int) -> tuple[int, int] | None:
         """(id, size) of the sized type ``type_id`` stands for (btf_type_id_size)."""
-        t = self.get(type_id)
+        t = self.types[type_id] if 0 <= type_id < self.total else None
         if t is None or t.kind in _NO_SIZE:
             return None
+        if t.kind in _SIZED:
+            return type_id, t.size
         size = self._own_size(type_id, t)
         if size is not None:
             return type_id, size
-        if t.kind not in _MODIFIERS and t.kind is not Kind.VAR:
+        if t.kind not in _MODIFIERS and t.kind is not VAR:
             return None
         type_id = self.resolved_id(type_id)
         t = self.get(type_id)
@@ -447,20 +511,36 @@ class _Checker:
     def _own_size(self, type_id: int, t: BtfType) -> int | None:
         if t.kind in _SIZED:
             return t.size
-        if t.kind is Kind.ARRAY:
+        if t.kind is ARRAY:
             return self.resolved_size(type_id)
-        if t.kind is Kind.PTR:
+        if t.kind is PTR:
             return _PTR_SIZE
         return None
 
     def resolve(self, root: int) -> None:
         """Resolve ``root`` and what it needs, depth first (btf_resolve)."""
+        types, state = self.types, self.state
+        t = types[root]
+        if t.kind in _REFERENCES and state[root] == _NOT_VISITED and root >= self.kstart:
+            # A pointer, modifier or variable whose target has a size of
+            # its own and needs no walk first: what push, resolve_reference,
+            # pop and resolve_valid would do for it, at once.
+            next_id = t.type
+            nk = types[next_id].kind if 0 <= next_id < self.total else None
+            walked = _WALKED[_MODE_PTR] if t.kind is PTR else _NEEDS_RESOLVE
+            if nk in _OWN_SIZE and (nk not in walked or next_id < self.kstart
+                                    or state[next_id] == _RESOLVED):
+                state[root] = _RESOLVED
+                self.rid[root] = next_id
+                self.rsize[root] = 0
+                return
         self.mode = _MODE_TBD
         self.push(root)
+        stack, types = self.stack, self.types
         try:
-            while self.stack:
-                top = self.stack[-1]
-                _RESOLVE[self.types[top[0]].kind](self, top)
+            while stack:
+                top = stack[-1]
+                _RESOLVE[types[top[0]].kind](self, top)
         except _TooDeep:
             raise _Reject(root, f'references nest deeper than {MAX_RESOLVE_DEPTH} types '
                           '(or loop)') from None
@@ -473,15 +553,15 @@ class _Checker:
         t = self.types[type_id]
         if not self.resolved(type_id):
             return False
-        if t.kind in _STRUCTS or t.kind is Kind.DATASEC:
+        if t.kind in _STRUCTS or t.kind is DATASEC:
             return not self.rid[type_id] and not self.rsize[type_id]
-        if t.kind in (Kind.DECL_TAG, Kind.FUNC):
+        if t.kind in (DECL_TAG, FUNC):
             return bool(self.rid[type_id]) and not self.rsize[type_id]
-        if t.kind in _MODIFIERS or t.kind in (Kind.PTR, Kind.VAR):
+        if t.kind in _MODIFIERS or t.kind in (PTR, VAR):
             target = self.get(self.rid[type_id])
             return target is not None and target.kind not in _MODIFIERS \
-                and target.kind not in (Kind.VAR, Kind.DATASEC)
-        if t.kind is Kind.ARRAY:
+                and target.kind not in (VAR, DATASEC)
+        if t.kind is ARRAY:
             elem = self.id_size(t.type)
             return elem is not None and self.types[elem[0]].kind not in _MODIFIERS \
                 and (t.nelems * elem[1]) & _U32 == self.rsize[type_id]
@@ -489,20 +569,28 @@ class _Checker:
 
     # -- resolve steps, one per kind; each pushes a dependency or pops ----
 
-    def resolve_reference(self, top: list[int], follow_ptr: bool, need_size: bool) -> None:
+    def resolve_reference(self, top: list[int]) -> None:
         """PTR, modifiers and VAR (btf_ptr_resolve, btf_modifier_resolve, btf_var_resolve)."""
         type_id = top[0]
-        next_id = self.types[type_id].type
-        next_t = self.get(next_id)
+        types = self.types
+        t = types[type_id]
+        follow_ptr = t.kind is PTR or t.kind is VAR
+        next_id = t.type
+        next_t = types[next_id] if 0 <= next_id < self.total else None
         if next_t is None or next_t.kind in _SOURCE_ONLY:
             raise _Reject(type_id, f'refers to {self.describe(next_id)}')
-        if not self.sink(next_t) and not self.resolved(next_id):
+        nk = next_t.kind
+        if nk in _WALKED[self.mode] and next_id >= self.kstart \
+                and self.state[next_id] != _RESOLVED:
             self.push(next_id)
             return
-        if follow_ptr and next_t.kind in _MODIFIERS:
+        if nk in _SIZED or nk is PTR:                # what id_size gives at once
+            self.pop(next_id, 0)
+            return
+        if follow_ptr and nk in _MODIFIERS:
             target = self.resolved_id(next_id)
             target_t = self.get(target)
-            if target_t is not None and target_t.kind is Kind.PTR and not self.sink(target_t) \
+            if target_t is not None and target_t.kind is PTR and not self.sink(target_t) \
                     and not self.resolved(target):
                 self.push(target)
                 return
@@ -510,12 +598,12 @@ class _Checker:
         if sized is not None:
             self.pop(sized[0], 0)
             return
-        if need_size:
+        if t.kind is VAR:
             raise _Reject(type_id, f'refers to {self.describe(next_id)}, which has no size')
         if self.resolved(next_id):
             next_id = self.resolved_id(next_id)
             next_t = self.get(next_id)
-        if next_t is None or next_t.kind not in (Kind.UNKN, Kind.FWD, Kind.FUNC_PROTO):
+        if next_t is None or next_t.kind not in (UNKN, FWD, FUNC_PROTO):
             raise _Reject(type_id, f'refers to {self.describe(next_id)}, which has no size')
         self.pop(next_id, 0)
 
@@ -531,19 +619,61 @@ class _Checker:
 
     def resolve_struct(self, top: list[int]) -> None:
         type_id, start = top
-        t = self.types[type_id]
+        types = self.types
+        t = types[type_id]
         members = t.items
         if start:
             last = members[start - 1]
             if not self.resolved(last.type):
                 raise _Reject(type_id, f"member '{last.name}' did not resolve")
-            self.check_member(type_id, t, last, self.types[last.type])
+            self.check_member(type_id, t, last, types[last.type])
+        # needs_first, inline: the walk's mode does not change before it pushes.
+        total, kstart, state, rid = self.total, self.kstart, self.state, self.rid
+        walked = _WALKED[self.mode]
+        check_member = self.check_member
+        size, bitfields = t.size, t.kflag
         for i in range(start, len(members)):
             m = members[i]
             top[1] = i + 1
-            if self.needs_first(type_id, f"member '{m.name}'", m.type):
+            ref = m[1]
+            rt = types[ref] if 0 <= ref < total else None
+            if rt is None or rt.kind in _NO_SIZE or rt.kind in _SOURCE_ONLY:
+                raise _Reject(type_id, f"member '{m.name}' refers to {self.describe(ref)}, "
+                              'which has no size')
+            k = rt.kind
+            if k in walked and ref >= kstart and state[ref] != _RESOLVED:
+                self.push(ref)
                 return
-            self.check_member(type_id, t, m, self.types[m.type])
+            # What check_member accepts of the commonest members, at once,
+            # past a resolved modifier as it goes: a pointer, struct or
+            # union (or, outside bitfield structs, an enum) that is not a
+            # bitfield, byte aligned, inside the struct (_member_sized); an
+            # INT that fits (_member_int; in a bitfield struct
+            # check_int_bitfield).  Anything else, or any doubt, goes
+            # through it.
+            mt = rt
+            if k in _MODIFIERS and ref >= kstart:
+                mt = types[rid[ref]]      # (resolved: modifiers are always walked)
+                k = mt.kind
+            off = m[2]
+            if k in _WHOLE_MEMBERS:
+                if not m[3] and not off & 7 and (not bitfields or k in _COMPOSITE_OR_PTR) \
+                        and (size - (off >> 3)) & _U32 >= (_PTR_SIZE if k is PTR else mt.size):
+                    continue
+            elif k is INT:
+                if not bitfields:
+                    at, nbits = off + mt.bit_offset, mt.bits
+                    fits = _U32 - off >= mt.bit_offset
+                else:
+                    at, nbits, bits = off, m[3], mt.bits
+                    fits = not mt.bit_offset and bits in _REGULAR_INT_BITS \
+                        and (nbits <= bits if nbits else not off & 7)
+                    nbits = nbits or bits
+                copy_bits = nbits + (at & 7)
+                if fits and copy_bits <= _BITS_PER_U128 and size >= (at >> 3) \
+                        and size - (at >> 3) >= (copy_bits + 7) >> 3:
+                    continue
+            check_member(type_id, t, m, rt)
         self.pop(0, 0)
 
     def resolve_array(self, top: list[int]) -> None:
@@ -552,7 +682,7 @@ class _Checker:
         if self.needs_first(type_id, 'index type', t.index_type):
             return
         index = self.id_size(t.index_type)
-        if index is None or self.types[index[0]].kind is not Kind.INT \
+        if index is None or self.types[index[0]].kind is not INT \
                 or not self.regular_int(index[0]):
             raise _Reject(type_id, f'index type {self.describe(t.index_type)} is not a plain INT')
         if self.needs_first(type_id, 'element type', t.type):
@@ -561,7 +691,7 @@ class _Checker:
         if sized is None:
             raise _Reject(type_id, f'element type {self.describe(t.type)} has no size')
         elem_id, elem_size = sized
-        if self.types[elem_id].kind is Kind.INT and not self.regular_int(elem_id):
+        if self.types[elem_id].kind is INT and not self.regular_int(elem_id):
             raise _Reject(type_id, f'element type {self.describe(elem_id)} is a bitfield INT')
         if t.nelems and elem_size > _U32 // t.nelems:
             raise _Reject(type_id, f'{t.nelems} elements of {elem_size} bytes overflow 32 bits')
@@ -571,7 +701,7 @@ class _Checker:
         type_id = top[0]
         t = self.types[type_id]
         proto = self.get(t.type)
-        if proto is None or proto.kind is not Kind.FUNC_PROTO:
+        if proto is None or proto.kind is not FUNC_PROTO:
             raise _Reject(type_id, f'refers to {self.describe(t.type)}, not a FUNC_PROTO')
         for i, p in enumerate(proto.items, 1):
             if not p.name and p.type:
@@ -589,9 +719,9 @@ class _Checker:
             self.push(t.type)
             return
         if t.component_idx != -1:
-            if target.kind in (Kind.VAR, Kind.TYPEDEF):
+            if target.kind in (VAR, TYPEDEF):
                 raise _Reject(type_id, f'component_idx {t.component_idx} on a {target.kind.name}')
-            if target.kind is Kind.FUNC:
+            if target.kind is FUNC:
                 target = self.get(target.type) or VOID
             if t.component_idx >= len(target.items):
                 raise _Reject(type_id, f'component_idx {t.component_idx} past the '
@@ -607,7 +737,7 @@ class _Checker:
         for i in range(start, len(t.items)):
             entry = t.items[i]
             var = self.get(entry.type)
-            if var is None or var.kind is not Kind.VAR:
+            if var is None or var.kind is not VAR:
                 raise _Reject(type_id, f'entry {i} refers to {self.describe(entry.type)}, not a VAR')
             if not self.sink(var) and not self.resolved(entry.type):
                 top[1] = i + 1
@@ -630,17 +760,20 @@ class _Checker:
         return not t.bits % 8 and not t.bit_offset and nbytes in (1, 2, 4, 8, 16)
 
     def check_member(self, sid: int, s: BtfType, m: Member, mt: BtfType) -> None:
+        """``s`` is a STRUCT or UNION: its kind_flag says bitfields."""
         k = mt.kind
         if k in _MODIFIERS:
             sized = self.id_size(m.type)
             if sized is None:
                 raise _Reject(sid, f"member '{m.name}' type {self.describe(m.type)} has no size")
-            self.check_member(sid, s, m._replace(type=sized[0]), self.types[sized[0]])
-            return
-        if s.bitfields:
-            if k is Kind.INT:
+            # (never a modifier again: id_size goes past them)
+            m = _new(Member, (m[0], sized[0], m[2], m[3]))
+            mt = self.types[sized[0]]
+            k = mt.kind
+        if s.kflag:
+            if k is INT:
                 return self.check_int_bitfield(sid, s, m, mt)
-            if k in (Kind.ENUM, Kind.ENUM64):
+            if k in (ENUM, ENUM64):
                 return self.check_enum_bitfield(sid, s, m)
             if m.bitfield_size:
                 raise _Reject(sid, f"member '{m.name}' is a bitfield of a {k.name}")
@@ -696,7 +829,17 @@ class _Checker:
                 raise _Reject(type_id, f'the varargs marker (last argument, type void) '
                               f'is named {args[-1].name!r}')
             args = args[:-1]
+        types, total, kstart, state, idents = self.types, self.total, self.kstart, self.state, \
+            self._identifiers
         for i, p in enumerate(args, 1):
+            # check_argument accepts at once an argument with a size of its
+            # own that needs no resolving (or is resolved), validly named.
+            name, ref = p
+            k = types[ref].kind if 0 <= ref < total else None
+            if k in _OWN_SIZE and (k not in _NEEDS_RESOLVE or ref < kstart
+                                   or state[ref] == _RESOLVED) \
+                    and (not name or idents.get(name) or self.identifier(name)):
+                continue
             self.check_argument(type_id, i, p)
 
     def check_argument(self, type_id: int, i: int, p: Param) -> None:
@@ -719,16 +862,16 @@ class _Checker:
             t = self.types[type_id]
             if t.kind not in _MODIFIERS:
                 continue
-            in_tags = t.kind is Kind.TYPE_TAG
+            in_tags = t.kind is TYPE_TAG
             cur, limit = type_id, MAX_RESOLVE_DEPTH
             while t.kind in _MODIFIERS:
                 if not limit:
                     raise _Reject(type_id, f'modifier chain longer than {MAX_RESOLVE_DEPTH}')
                 limit -= 1
-                if t.kind is Kind.TYPE_TAG and not in_tags:
+                if t.kind is TYPE_TAG and not in_tags:
                     raise _Reject(type_id, f'TYPE_TAG [{cur}] follows another modifier; '
                                   'type tags must come first')
-                in_tags = in_tags and t.kind is Kind.TYPE_TAG
+                in_tags = in_tags and t.kind is TYPE_TAG
                 if cur <= good_id:
                     break
                 cur = t.type
@@ -787,21 +930,21 @@ def _member_float(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None
     return None
 
 
-_MEMBER_CHECKS: Final = {Kind.INT: _member_int, Kind.PTR: _member_ptr, Kind.ARRAY: _member_array,
-                         Kind.STRUCT: _member_aggregate, Kind.UNION: _member_aggregate,
-                         Kind.ENUM: _member_aggregate, Kind.ENUM64: _member_aggregate,
-                         Kind.FLOAT: _member_float}
+_MEMBER_CHECKS: Final = {INT: _member_int, PTR: _member_ptr, ARRAY: _member_array,
+                  STRUCT: _member_aggregate, UNION: _member_aggregate,
+                  ENUM: _member_aggregate, ENUM64: _member_aggregate,
+                  FLOAT: _member_float}
 
 _RESOLVE: Final = {
-    **{k: lambda c, top: c.resolve_reference(top, False, False) for k in _MODIFIERS},
-    Kind.PTR: lambda c, top: c.resolve_reference(top, True, False),
-    Kind.VAR: lambda c, top: c.resolve_reference(top, True, True),
-    Kind.STRUCT: _Checker.resolve_struct,
-    Kind.UNION: _Checker.resolve_struct,
-    Kind.ARRAY: _Checker.resolve_array,
-    Kind.FUNC: _Checker.resolve_func,
-    Kind.DECL_TAG: _Checker.resolve_decl_tag,
-    Kind.DATASEC: _Checker.resolve_datasec,
+    **{k: _Checker.resolve_reference for k in _MODIFIERS},
+    PTR: _Checker.resolve_reference,
+    VAR: _Checker.resolve_reference,
+    STRUCT: _Checker.resolve_struct,
+    UNION: _Checker.resolve_struct,
+    ARRAY: _Checker.resolve_array,
+    FUNC: _Checker.resolve_func,
+    DECL_TAG: _Checker.resolve_decl_tag,
+    DATASEC: _Checker.resolve_datasec,
 }
 
 
@@ -848,15 +991,17 @@ def _meta_int(c: _Checker, t: BtfType) -> str | None:
 
 
 def _meta_reference(c: _Checker, t: BtfType) -> str | None:
-    kflag = c.tag_kflag(t) if t.kind is Kind.TYPE_TAG else _no_kflag(t)
-    message = _no_vlen(t) or kflag or _type_id('target', t.type)
-    if message:
-        return message
-    if t.kind is Kind.TYPEDEF:
+    k = t.kind
+    if t.items or t.kflag or t.type > BTF_MAX_TYPE:
+        kflag = c.tag_kflag(t) if k is TYPE_TAG else _no_kflag(t)
+        message = _no_vlen(t) or kflag or _type_id('target', t.type)
+        if message:
+            return message
+    if k is TYPEDEF:
         return c.named(t)
-    if t.kind is Kind.TYPE_TAG:
+    if k is TYPE_TAG:
         return None if t.name else 'needs a tag value'
-    return _anonymous(t)
+    return _anonymous(t) if t.name else None
 
 
 def _meta_fwd(c: _Checker, t: BtfType) -> str | None:
@@ -872,16 +1017,44 @@ def _meta_array(c: _Checker, t: BtfType) -> str | None:
 
 
 def _meta_struct(c: _Checker, t: BtfType) -> str | None:
-    message = c.optionally_named(t)
+    message = c.optionally_named(t) if t.name else None
     if message:
         return message
+    # The members in one loop, each rule inline; a member that breaks one
+    # is looked at again by _member_meta, which says which.
     last = 0
+    end = t.size << 3
+    idents = c._identifiers
+    union = t.kind is UNION
+    named_well = c.identifiers([m[0] for m in t.items if m[0]])
     for m in t.items:
-        message = _member_meta(c, t, m, last)
-        if message:
-            return f"member '{m.name or '(anon)'}' {message}"
-        last = m.bit_offset
+        name, mtype, off, _ = m
+        if (not named_well and name and not (idents.get(name) or c.identifier(name))) \
+                or not 0 < mtype <= BTF_MAX_TYPE or off < last or off > end or (union and off):
+            message = _member_meta(c, t, m, last)
+            if message:
+                return f"member '{m.name or '(anon)'}' {message}"
+        last = off
     return None
+
+
+def _composite_fine(c: _Checker, t: BtfType) -> bool:
+    """Whether a struct or union whose own fields are in range passes its
+    members' _unencodable and _meta_struct rules: one loop over them, for
+    what nearly every one is (a False leaves the rules to say why)."""
+    if t.name and not c.identifier(t.name):
+        return False
+    items = t.items
+    if not c.identifiers([m[0] for m in items if m[0]]):
+        return False
+    last, end, union = 0, t.size << 3, t.kind is UNION
+    offset_bits, max_bitfield = (24, 0xff) if t.kflag else (32, 0)
+    for _, mtype, off, bitfield in items:
+        if not (0 < mtype <= BTF_MAX_TYPE and last <= off <= end
+                and 0 <= bitfield <= max_bitfield) or off >> offset_bits or (union and off):
+            return False
+        last = off
+    return True
 
 
 def _member_meta(c: _Checker, t: BtfType, m: Member, last: int) -> str | None:
@@ -891,7 +1064,7 @@ def _member_meta(c: _Checker, t: BtfType, m: Member, last: int) -> str | None:
         return 'is void'
     if m.type > BTF_MAX_TYPE:
         return f'type id {m.type} is out of range'
-    if t.kind is Kind.UNION and m.bit_offset:
+    if t.kind is UNION and m.bit_offset:
         return f'offset {m.bit_offset}: union members are at offset 0'
     if m.bit_offset < last:
         return f'offset {m.bit_offset} is before the previous member\'s {last}'
@@ -906,6 +1079,8 @@ def _meta_enum(c: _Checker, t: BtfType) -> str | None:
     message = c.optionally_named(t)
     if message:
         return message
+    if all([v[0] for v in t.items]) and c.identifiers([v[0] for v in t.items]):
+        return None
     for v in t.items:
         if not v.name:
             return 'a value has no name'
@@ -986,14 +1161,14 @@ def _meta_decl_tag(c: _Checker, t: BtfType) -> str | None:
 
 
 _META: Final = {
-    Kind.UNKN: _meta_unknown, Kind.INT: _meta_int, Kind.PTR: _meta_reference,
-    Kind.ARRAY: _meta_array, Kind.STRUCT: _meta_struct, Kind.UNION: _meta_struct,
-    Kind.ENUM: _meta_enum, Kind.FWD: _meta_fwd, Kind.TYPEDEF: _meta_reference,
-    Kind.VOLATILE: _meta_reference, Kind.CONST: _meta_reference,
-    Kind.RESTRICT: _meta_reference, Kind.FUNC: _meta_func,
-    Kind.FUNC_PROTO: _meta_func_proto, Kind.VAR: _meta_var, Kind.DATASEC: _meta_datasec,
-    Kind.FLOAT: _meta_float, Kind.DECL_TAG: _meta_decl_tag,
-    Kind.TYPE_TAG: _meta_reference, Kind.ENUM64: _meta_enum,
+    UNKN: _meta_unknown, INT: _meta_int, PTR: _meta_reference,
+    ARRAY: _meta_array, STRUCT: _meta_struct, UNION: _meta_struct,
+    ENUM: _meta_enum, FWD: _meta_fwd, TYPEDEF: _meta_reference,
+    VOLATILE: _meta_reference, CONST: _meta_reference,
+    RESTRICT: _meta_reference, FUNC: _meta_func,
+    FUNC_PROTO: _meta_func_proto, VAR: _meta_var, DATASEC: _meta_datasec,
+    FLOAT: _meta_float, DECL_TAG: _meta_decl_tag,
+    TYPE_TAG: _meta_reference, ENUM64: _meta_enum,
 }
 
 
@@ -1002,6 +1177,13 @@ _META: Final = {
 
 def _unencodable(t: BtfType) -> str | None:
     """A model value that ``encode_btf`` would have to truncate."""
+    # What nearly every type passes, in a few operations (a negative value
+    # shifts to -1); a type that does not is looked at field by field.
+    if not ((t.size | t.type | t.index_type | t.nelems) >> 32 or t.linkage >> 16
+            or t.kflag >> 1 or (t.bits | t.bit_offset) >> 8 or t.encoding >> 4
+            or len(t.items) > 0xffff or not -(1 << 31) <= t.component_idx < 1 << 31):
+        check = _ITEM_RANGES.get(t.kind)
+        return check(t) if check else None
     for field, value, limit in ((
             'size', t.size, _U32), ('type', t.type, _U32), ('index_type', t.index_type, _U32),
             ('nelems', t.nelems, _U32), ('kind_flag', t.kflag, 1), ('vlen', t.vlen, 0xffff),
@@ -1016,6 +1198,13 @@ def _unencodable(t: BtfType) -> str | None:
 
 
 def _members_encodable(t: BtfType) -> str | None:
+    # Each field in its range (a negative one shifts to -1): what nearly
+    # every member passes, before the loop that says which does not.
+    if t.kflag:
+        if not any([(m[1] >> 32) | (m[2] >> 24) | (m[3] >> 8) for m in t.items]):
+            return None
+    elif not any([(m[1] >> 32) | (m[2] >> 32) | m[3] for m in t.items]):
+        return None
     offset_limit = 0xffffff if t.bitfields else _U32
     for m in t.items:
         if not 0 <= m.type <= _U32 or not 0 <= m.bit_offset <= offset_limit:
@@ -1027,11 +1216,18 @@ def _members_encodable(t: BtfType) -> str | None:
 
 
 def _values_encodable(t: BtfType) -> str | None:
-    bits = 64 if t.kind is Kind.ENUM64 else 32
+    bits = 64 if t.kind is ENUM64 else 32
     for v in t.items:
         if not -(1 << (bits - 1)) <= v.value < 1 << bits:
             return f"value '{v.name}' = {v.value} does not fit {bits} bits"
     return None
+
+
+def _params_encodable(t: BtfType) -> str | None:
+    """A FUNC_PROTO's parameter types (names are strings, not ids)."""
+    if not any([p[1] >> 32 for p in t.items]):
+        return None
+    return _ids_encodable(t)
 
 
 def _ids_encodable(t: BtfType) -> str | None:
@@ -1041,6 +1237,6 @@ def _ids_encodable(t: BtfType) -> str | None:
     return None
 
 
-_ITEM_RANGES: Final = {Kind.STRUCT: _members_encodable, Kind.UNION: _members_encodable,
-                       Kind.ENUM: _values_encodable, Kind.ENUM64: _values_encodable,
-                       Kind.FUNC_PROTO: _ids_encodable, Kind.DATASEC: _ids_encodable}
+_ITEM_RANGES: Final = {STRUCT: _members_encodable, UNION: _members_encodable,
+                ENUM: _values_encodable, ENUM64: _values_encodable,
+                FUNC_PROTO: _params_encodable, DATASEC: _ids_encodable}

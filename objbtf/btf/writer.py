@@ -45,14 +45,15 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
     else:
         strings = StringTable()
     words: list[int] = []
+    starts: list[int] = []
+    add_start = starts.append
     specs = _write_specs(kinds)
     own = btf.types if btf.base is not None else btf.types[1:]
     for i, t in enumerate(own):
-        if offsets is not None:
-            offsets.append(len(words) << 2)
+        add_start(len(words) << 2)
         k = t.kind
         try:
-            word, linkage, extra = specs[k]
+            word, linkage, extra, kind_bits = specs[k]
         except KeyError:
             raise BtfError(f'type {btf.start_id + i} has kind {k.name}, '
                            'which this registry does not know') from None
@@ -60,13 +61,15 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
         if vlen > 0xffff:
             raise BtfError(f'type {btf.start_id + i} ({k.name} {t.name!r}) has {vlen} entries, '
                            'more than BTF can hold')
-        words += (strings[t.name], (t.kflag & 1) << 31 | (k & 0x1f) << 24 | (vlen & 0xffff),
+        words += (strings[t.name], (t.kflag & 1) << 31 | kind_bits | (vlen & 0xffff),
                   t.type if word == _TYPE_WORD else t.size if word == _SIZE_WORD else 0)
         if extra is not None:
             try:
                 extra(words, t, strings)
             except _Unfit as err:
                 raise BtfError(f'type {btf.start_id + i} ({k.name} {t.name!r}): {err}') from None
+    if offsets is not None:
+        offsets += starts
     types = _word_bytes(words, order)
     sdata = strings.data()
     return BtfHeader.for_sections(order, len(types), len(sdata)).pack() + types + sdata
@@ -78,7 +81,7 @@ def rewrite_type(buf: bytearray, pos: int, t: BtfType, byteorder: str,
     at byte ``pos`` of ``buf``, in place (a cached link's DATASECs placed
     anew); its name, kind and vlen stay.  ``t`` has the kind and vlen of the
     type it replaces, and its entries name no strings."""
-    word, _, extra = _write_specs(kinds)[t.kind]
+    word, _, extra, _ = _write_specs(kinds)[t.kind]
     words = [t.type if word == _TYPE_WORD else t.size if word == _SIZE_WORD else 0]
     if extra is not None:
         extra(words, t, _NO_STRINGS)
@@ -176,10 +179,10 @@ def encoder(info: KindInfo) -> Extra | None:
 @functools.cache
 def _write_specs(kinds: KindRegistry) -> dict:
     """Per kind: what its size-or-type word is written from, whether vlen
-    holds its linkage, and its encoder."""
+    holds its linkage, its encoder, and its number in place in the info word."""
     return {i.kind: (_SIZE_WORD if i.word == SIZE else _ZERO_WORD if i.word == ZERO
                      else _TYPE_WORD,
-                     i.vlen == LINKAGE, encoder(i))
+                     i.vlen == LINKAGE, encoder(i), (i.number & 0x1f) << 24)
             for i in kinds}
 
 

@@ -28,13 +28,17 @@ An object objbtf has encoded has objbtf's own ``.BTF``, which is no source:
 from __future__ import annotations
 
 from collections import namedtuple
+from itertools import compress, repeat
 
 from ..btf.errors import BtfError
 from ..btf.kinds import (
-    FUNC_STATIC, INT_BOOL, INT_SIGNED, KINDS, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind,
+    INT_BOOL, INT_SIGNED, KINDS, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind,
+    ARRAY as _ARRAY, DATASEC as _DATASEC, DECL_TAG as _DECL_TAG, ENUM as _ENUM,
+    ENUM64 as _ENUM64, FLOAT as _FLOAT, FUNC as _FUNC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
+    INT as _INT, PTR as _PTR, TYPE_TAG as _TYPE_TAG, VAR as _VAR,
 )
+from ..btf.types import VOID, Btf, BtfType, Enumerator, Member, Param, gc_paused
 from ..btf.reader import parse_btf
-from ..btf.types import Btf, BtfType, Enumerator, gc_paused
 from ..elf.consts import SHN_LORESERVE, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_NOTYPE, STT_OBJECT
 from ..elf.reader import ElfFile, Symbol
 from ..encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, VarPlacement,
@@ -47,6 +51,14 @@ from ..rules import base_type, declared_enum, enum_type
 #: (6 and 7 are struct and union).
 CTF_K_ENUM = 8
 MAX_DEPTH = 32
+_COMPOSITE = KINDS.composite
+_SIZED = KINDS.sized
+_MODIFIERS = KINDS.modifier
+_ONE_REF = KINDS.one_ref
+#: Kinds that stay as the compiler wrote them but for their ids (and a
+#: FUNC's or VAR's linkage): built from their heads.
+_PLAIN_REFERENCES = _ONE_REF - {Kind.DECL_TAG}
+_new = tuple.__new__
 
 
 class Loaded(namedtuple('Loaded', 'btf entries functions variables facts')):
@@ -66,13 +78,28 @@ def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
 
 
 def load_compiler_btf(elf: ElfFile, data: bytes, features: Features) -> Loaded:
-    return _Loader(elf, parse_btf(data), features).load()
+    offsets: list[int] = []
+    words: list[int] = []
+    src = parse_btf(data, offsets=offsets, words=words)
+    return _Loader(elf, src, offsets, words, features).load()
 
 
 class _Loader:
-    def __init__(self, elf: ElfFile, src: Btf, features: Features):
+    """The compiler's types are read from the parser's scan of the blob:
+    each type's head and its words.  Most of what is dropped (FUNCs,
+    FUNC_PROTOs, VARs) is never built, and what stays is built with its new
+    ids from the words (structs, unions, prototypes, references) or parsed
+    and renumbered (the few that are amended)."""
+
+    def __init__(self, elf: ElfFile, src: Btf, offsets: list[int], words: list[int],
+                 features: Features):
         self.elf = elf
-        self.types = src.types
+        self.types = src                  # parsed when looked up
+        self.n = src.next_id
+        self.heads = [(Kind.UNKN, '', 0, 0, 0), *src.heads()]
+        self.words = words
+        self.at = [0, *[off >> 2 for off in offsets]]    # where each type's words start
+        self.names = src.strings
         self.f = features
         self.pointer_size = 4 if elf.elf_class == 32 else 8
         defined = [s for s in elf.symbols() if s.name and 0 < s.shndx < SHN_LORESERVE]
@@ -94,22 +121,9 @@ class _Loader:
         with gc_paused():
             keep = self._choose()
             order, new_id, index_type = self._number(self._order(keep))
-            # Amended first, renumbered after: flattening an ARRAY reads the
-            # compiler's ids of the arrays it folds.
-            chosen = [self._amended(self.types[i]) for i in order]
-            out = Btf(byteorder=self.elf.byteorder)
-            remap = new_id.__getitem__
-            n_funcs = 0
-            for i, t in zip(order, chosen):
-                t.remap(remap)
-                k = t.kind
-                if k is Kind.ARRAY:
-                    t.index_type = index_type
-                elif k is Kind.VAR:
-                    t.linkage = self._var_linkage(i)
-                elif k is Kind.FUNC:
-                    n_funcs += 1
-                out.add(t)
+            chosen = self._build(order, new_id, index_type)
+            n_funcs = sum([t.kind is _FUNC for t in chosen])
+            out = Btf(types=[VOID, *chosen], byteorder=self.elf.byteorder)
         if index_type == out.next_id:
             out.add(BtfType(Kind.INT, 'int', size=4, encoding=INT_SIGNED, bits=32))
         entries: dict[int, list[tuple[VarPlacement, int]]] = {}
@@ -118,101 +132,168 @@ class _Loader:
         facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
         return Loaded(out, entries, n_funcs, len(self.placements), facts)
 
+    def _build(self, order: list[int], new_id: list[int], index_type: int) -> list[BtfType]:
+        """The types of ``order`` in pahole's form, with their new ids: built
+        from their heads and words where they stay as the compiler wrote
+        them but for ids (entries made by C-level maps, not one by one),
+        parsed and renumbered where ``_amended`` changes more."""
+        heads, words, at, types = self.heads, self.words, self.at, self.types
+        names, ids = self.names.__getitem__, new_id.__getitem__
+        out = []
+        for i in order:
+            k, name, st, vlen, detail = heads[i]
+            w = at[i]
+            kflag = words[w + 1] >> 31
+            if k in _PLAIN_REFERENCES:
+                # (a FUNC's linkage, 0, is static: GCC's is not pahole's)
+                t = BtfType(k, name, 0, new_id[st], kflag)
+                if k is _VAR:
+                    t.linkage = self._var_linkage(i)
+            elif k in _COMPOSITE:
+                end = w + 3 + 3 * vlen
+                offsets = words[w + 5:end:3]
+                bits = repeat(0, vlen)
+                if kflag:
+                    offsets, bits = [o & 0xffffff for o in offsets], [o >> 24 for o in offsets]
+                members = zip(map(names, words[w + 3:end:3]), map(ids, words[w + 4:end:3]),
+                              offsets, bits)
+                t = BtfType(k, name, st, 0, kflag, 0, 0, 0, 0, 0, 0, -1,
+                            tuple(map(_new, repeat(Member), members)))
+            elif k is _FUNC_PROTO:
+                end = w + 3 + 2 * vlen
+                params = zip(map(names, words[w + 3:end:2]), map(ids, words[w + 4:end:2]))
+                t = BtfType(k, name, 0, new_id[st], kflag, 0, 0, 0, 0, 0, 0, -1,
+                            tuple(map(_new, repeat(Param), params)))
+            elif k is _ARRAY:
+                elem, nelems = self._flat_array(st, detail)
+                t = BtfType(k, '', 0, new_id[elem], 0, 0, 0, 0, index_type, nelems)
+            elif k is _FWD:
+                t = declared_enum(name) if st == CTF_K_ENUM else BtfType(k, name, 0, 0, kflag)
+            else:
+                t = self._amended(types[i])
+                t.remap(ids)
+            out.append(t)
+        return out
+
     # ---- which types stay ------------------------------------------------
 
     def _choose(self) -> list[bool]:
         """Per type id, whether it stays: functions and variables as the
         DWARF path chooses them, no DATASEC (the encoder makes its own),
         FUNC_PROTOs only for what still uses them, nested ARRAYs folded
-        into the outer one, DECL_TAGs of what stays."""
-        types = self.types
-        n = len(types)
+        into the outer one, DECL_TAGs of what stays.  FUNCs, VARs,
+        DATASECs and FUNC_PROTOs are decided on their heads (what they
+        refer to is all there)."""
+        types, heads, n, words, at = self.types, self.heads, self.n, self.words, self.at
         keep = [True] * n
         keep[0] = False
         named: set[str] = set()
         proto_users: set[int] = set()     # what kept types but FUNC_PROTOs refer to
         array_users: set[int] = set()     # what kept types but ARRAYs refer to
         inner: set[int] = set()           # the elements of ARRAYs
-        for i, t in enumerate(types):
-            k = t.kind
-            if k is Kind.DATASEC:
+        var, decl_tag, keys = self.f.var, self.f.decl_tag, self.keys
+        for i in range(1, n):
+            k, name, st, vlen, detail = heads[i]
+            if k in _PLAIN_REFERENCES:
+                # (most FUNCs are declarations: rejected before the call)
+                if k is _FUNC and (name not in keys or not self._wants_function(name, st, named)):
+                    keep[i] = False
+                    continue
+                if k is _VAR and not (var and self._place(i, name, st)):
+                    keep[i] = False
+                    continue
+                if st >= n:
+                    self._refers_past(i, k, st)
+                proto_users.add(st)
+                array_users.add(st)
+                continue
+            if k is _FUNC_PROTO:
+                if st >= n or (detail and max(detail) >= n):
+                    self._refers_past(i, k, max((st, *detail)))
+                array_users.add(st)
+                array_users.update(detail)
+                continue
+            if k is _DATASEC:
                 keep[i] = False
                 continue
-            if k is Kind.FUNC:
-                keep[i] = self._wants_function(t, named)
-            elif k is Kind.VAR:
-                keep[i] = self.f.var and self._place(i, t)
-            elif k is Kind.DECL_TAG:
-                keep[i] = self.f.decl_tag
-            if not keep[i]:
-                continue
-            refs = t.refs()
+            if k in _COMPOSITE:
+                w = at[i]
+                refs = words[w + 4:w + 3 + 3 * vlen:3]
+            elif k is _ARRAY:
+                refs = (st, words[at[i] + 4])
+            elif k is _DECL_TAG:
+                keep[i] = decl_tag
+                if not decl_tag:
+                    continue
+                refs = (st,)
+            else:
+                refs = types[i].refs()
             if refs and max(refs) >= n:
-                raise BtfError(f'type {i} ({k.name}) refers to type {max(refs)}, '
-                               f'the BTF has {n - 1}')
-            if k is not Kind.FUNC_PROTO:
-                proto_users.update(refs)
-            if k is Kind.ARRAY:         # (a FUNC_PROTO never refers to an ARRAY)
-                inner.add(t.type)
+                self._refers_past(i, k, max(refs))
+            proto_users.update(refs)
+            if k is _ARRAY:             # (a FUNC_PROTO never refers to an ARRAY)
+                inner.add(st)
             else:
                 array_users.update(refs)
-        for i, t in enumerate(types):
-            k = t.kind
-            if k is Kind.FUNC_PROTO:
+        for i in range(1, n):
+            k = heads[i][0]
+            if k is _FUNC_PROTO:
                 keep[i] = i in proto_users
-            elif k is Kind.ARRAY and i in inner and i not in array_users:
+            elif k is _ARRAY and i in inner and i not in array_users:
                 keep[i] = False
-            elif k is Kind.DECL_TAG and keep[i]:
-                keep[i] = keep[t.type]
+            elif k is _DECL_TAG and keep[i]:
+                keep[i] = keep[heads[i][2]]
         return keep
 
-    def _wants_function(self, t: BtfType, named: set[str]) -> bool:
+    def _refers_past(self, i: int, k: Kind, ref: int) -> None:
+        raise BtfError(f'type {i} ({k.name}) refers to type {ref}, the BTF has {self.n - 1}')
+
+    def _wants_function(self, name: str, proto_id: int, named: set[str]) -> bool:
         """pahole's choice, as the DWARF path makes it: a function this
         object defines, every parameter named, the first of its name."""
-        if t.name not in self.keys or t.name in named:
+        if name not in self.keys or name in named:
             return False
-        proto = self.types[t.type] if t.type < len(self.types) else None
+        proto = self.types[proto_id] if proto_id < self.n else None
         if proto is None or proto.kind is not Kind.FUNC_PROTO:
-            raise BtfError(f'FUNC {t.name!r} does not point to a FUNC_PROTO')
+            raise BtfError(f'FUNC {name!r} does not point to a FUNC_PROTO')
         if any(not p.name for p in proto.items if p.type):
             return False
-        named.add(t.name)
-        self.chosen.add(t.name)
+        named.add(name)
+        self.chosen.add(name)
         return True
 
-    def _place(self, i: int, t: BtfType) -> bool:
+    def _place(self, i: int, name: str, type_id: int) -> bool:
         """Whether VAR ``i`` is one pahole encodes, recording where its
         symbol puts it: a definition (a defined data symbol of its exact
         name: GCC names function-scope statics NAME.N) of a non-empty type,
         not a name pahole skips, in a percpu section unless ``global_var``."""
-        if t.name in self.placed or t.name.startswith(SKIPPED_VAR_PREFIXES):
+        if name in self.placed or name.startswith(SKIPPED_VAR_PREFIXES):
             return False
-        sym = self.objects.get(t.name)
+        sym = self.objects.get(name)
         if sym is None or sym.shndx >= len(self.elf.sections):
             return False
-        size = self._size(t.type)
+        size = self._size(type_id)
         if size == 0:
             return False
         if not self.f.global_var and not is_percpu(self.elf.sections[sym.shndx].name):
             return False
-        self.placed.add(t.name)
+        self.placed.add(name)
         self.placements[i] = VarPlacement(sym.shndx, sym.value, sym.index, 0, sym.size or size)
         return True
 
     def _size(self, type_id: int, depth: int = 0) -> int:
         """Byte size of a type (0 for void, functions, or too deep a chain)."""
-        if depth > MAX_DEPTH or type_id >= len(self.types):
+        if depth > MAX_DEPTH or type_id >= self.n:
             return 0
-        t = self.types[type_id]
-        k = t.kind
-        if k in KINDS.sized and k is not Kind.DATASEC:
-            return t.size
-        if k is Kind.PTR:
+        k, _, size_or_type, _, nelems = self.heads[type_id]
+        if k in _SIZED and k is not _DATASEC:
+            return size_or_type
+        if k is _PTR:
             return self.pointer_size
-        if k in KINDS.modifier:
-            return self._size(t.type, depth + 1)
-        if k is Kind.ARRAY:
-            return t.nelems * self._size(t.type, depth + 1)
+        if k in _MODIFIERS:
+            return self._size(size_or_type, depth + 1)
+        if k is _ARRAY:
+            return nelems * self._size(size_or_type, depth + 1)
         return 0
 
     # ---- new ids ---------------------------------------------------------
@@ -222,25 +303,23 @@ class _Loader:
         FUNCs and VARs in an order that changes from one compile to the
         next, so they go last, each by its symbol's place and followed by
         its DECL_TAGs."""
-        types = self.types
+        heads = self.heads
         body: list[int] = []
         funcs: list[int] = []
         variables: list[int] = []
         tags_of: dict[int, list[int]] = {}
-        for i, t in enumerate(types):
-            if not keep[i]:
-                continue
-            k = t.kind
-            if k is Kind.FUNC:
+        for i in compress(range(self.n), keep):
+            k, _, target, _, _ = heads[i]
+            if k is _FUNC:
                 funcs.append(i)
-            elif k is Kind.VAR:
+            elif k is _VAR:
                 variables.append(i)
-            elif k is Kind.DECL_TAG and types[t.type].kind in (Kind.FUNC, Kind.VAR):
-                tags_of.setdefault(t.type, []).append(i)
+            elif k is _DECL_TAG and heads[target][0] in (_FUNC, _VAR):
+                tags_of.setdefault(target, []).append(i)
             else:
                 body.append(i)
         fsym = self.functions
-        funcs.sort(key=lambda i: _place_key(fsym[types[i].name]))
+        funcs.sort(key=lambda i: _place_key(fsym[heads[i][1]]))
         variables.sort(key=lambda i: _place_key(self.elf.symbols()[self.placements[i].symbol]))
         for i in funcs + variables:
             body.append(i)
@@ -252,22 +331,23 @@ class _Loader:
         TYPE_TAGs the features leave out (each stands for its target); the
         arrays' index type: the unit's ``int``, or one added after the
         types."""
-        types = self.types
-        new_id = [0] * len(types)
+        heads = self.heads
+        new_id = [0] * self.n
         emitted: list[int] = []
         dropped_tags: list[int] = []
         index_type = 0
         has_array = False
+        type_tag = self.f.type_tag
         for i in order:
-            t = types[i]
-            if t.kind is Kind.TYPE_TAG and not self.f.type_tag:
+            k = heads[i][0]
+            if k is _TYPE_TAG and not type_tag:
                 dropped_tags.append(i)
                 continue
             emitted.append(i)
             new_id[i] = len(emitted)
-            if not index_type and _is_int(t):
+            if not index_type and k is _INT and _is_int(self.types[i]):
                 index_type = len(emitted)
-            has_array = has_array or t.kind is Kind.ARRAY
+            has_array = has_array or k is _ARRAY
         for i in dropped_tags:
             new_id[i] = new_id[self._past_tags(i)]
         if has_array and not index_type:
@@ -289,44 +369,34 @@ class _Loader:
     # ---- pahole's form ---------------------------------------------------
 
     def _amended(self, t: BtfType) -> BtfType:
-        """The compiler's type in pahole's form: ``t`` itself when only its
-        ids change (they are renumbered after; an ARRAY's index type is set
-        after too)."""
+        """The compiler's base type or enum in pahole's form (any other
+        type is ``t`` itself)."""
         k = t.kind
-        if k is Kind.INT:
+        if k is _INT:
             return base_type(t.name, t.size, t.encoding & (INT_SIGNED | INT_BOOL), False, self.f)
-        if k is Kind.FLOAT:
+        if k is _FLOAT:
             return base_type(t.name, t.size, 0, True, self.f)
-        if k is Kind.ENUM:
-            values = [Enumerator(e.name, _s32(e.value)) for e in t.items]
-            return enum_type(t.name, t.size, values, any(v.value < 0 for v in values), self.f)
-        if k is Kind.ENUM64:
+        if k is _ENUM:
+            # (GCC's values are 32 bits, signed)
+            values = [_new(Enumerator, (n, v - (1 << 32) if v >= 1 << 31 else v))
+                      for n, v in t.items]
+            return enum_type(t.name, t.size, values, any([v < 0 for _, v in values]), self.f)
+        if k is _ENUM64:
             return enum_type(t.name, t.size, list(t.items), t.signed, self.f)
-        if k is Kind.FWD:
-            if t.type == CTF_K_ENUM:
-                return declared_enum(t.name)
-            fwd = BtfType(Kind.FWD, t.name)
-            fwd.fwd_union = t.fwd_union
-            return fwd
-        if k is Kind.ARRAY:
-            return self._flat_array(t)
-        if k is Kind.FUNC:
-            t.linkage = FUNC_STATIC
         return t
 
-    def _flat_array(self, t: BtfType) -> BtfType:
-        """One ARRAY for a chain of nested ones, of the product of their
-        element counts."""
-        nelems, elem = t.nelems, t.type
+    def _flat_array(self, elem: int, nelems: int) -> tuple[int, int]:
+        """The element type and count of one ARRAY for a chain of nested
+        ones: the product of their element counts (in 32 bits)."""
         for _ in range(MAX_DEPTH):
-            if elem >= len(self.types):
-                raise BtfError(f'an ARRAY refers to type {elem}, the BTF has {len(self.types) - 1}')
-            inner = self.types[elem]
-            if inner.kind is not Kind.ARRAY:
+            if elem >= self.n:
+                raise BtfError(f'an ARRAY refers to type {elem}, the BTF has {self.n - 1}')
+            k, _, inner_elem, _, inner_nelems = self.heads[elem]
+            if k is not _ARRAY:
                 break
-            nelems *= inner.nelems
-            elem = inner.type
-        return BtfType(Kind.ARRAY, type=elem, nelems=nelems & 0xffffffff)
+            nelems *= inner_nelems
+            elem = inner_elem
+        return elem, nelems & 0xffffffff
 
 
 def _place_key(sym: Symbol) -> tuple[int, int, str]:
@@ -335,8 +405,3 @@ def _place_key(sym: Symbol) -> tuple[int, int, str]:
 
 def _is_int(t: BtfType) -> bool:
     return t.kind is Kind.INT and t.name == 'int' and t.size == 4 and t.encoding & INT_SIGNED
-
-
-def _s32(v: int) -> int:
-    v &= 0xffffffff
-    return v - (1 << 32) if v >= 1 << 31 else v
