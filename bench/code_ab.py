@@ -10,12 +10,16 @@ CPU clock (user + system, imports left out):
 - encode: ``encode_elf`` of every Nth object of the stock build (nothing is
   written), after one object that warms the imports up;
 - link: ``objbtf link -j 1`` of the temporary vmlinux of an encoded copy of
-  the build (tests/kernel_tree.py, made once, by this checkout);
+  the build (tests/kernel_tree.py, made once, by this checkout, or by each
+  with ``--own-trees``);
 - modules: every module's link on that vmlinux's BTF, without and with
   ``--base-index`` (each checkout's index made by an untimed first pass).
 
 Every run also digests all it produced; the two checkouts must produce the
-same, and each module the same with and without the index.  The checkouts
+same, and each module the same with and without the index.  With
+``--own-trees`` (for a change to what objects carry, such as the chunk's
+format) each checkout links a copy of the tree it encoded itself, and the
+encode part leaves the chunks out of its digest: all else must be the same.  The checkouts
 take turns (A B, then B A, ...) --rounds times; the report gives each side's
 median and the median and range of the per-turn ratios, with bench/trust.py's
 doubts (the machine's other load among them).
@@ -40,7 +44,7 @@ PARTS = ('encode', 'link', 'modules')
 
 # -- the worker: one checkout, one part -------------------------------------------
 
-def encode_part(build: Path, every: int) -> tuple[dict[str, float], str]:
+def encode_part(build: Path, every: int, chunks: bool) -> tuple[dict[str, float], str]:
     from kernel_tree import objects
     from objbtf.elf.reader import ElfFile
     from objbtf.encoder import encode_elf, has_dwarf
@@ -56,7 +60,8 @@ def encode_part(build: Path, every: int) -> tuple[dict[str, float], str]:
             if not has_dwarf(elf):
                 return
             enc = encode_elf(elf, features, name)
-        digest.update(repr((name, enc.raw, enc.chunk, sorted(enc.relocs.items()), enc.addrs,
+        digest.update(repr((name, enc.raw, enc.chunk if chunks else b'',
+                            sorted(enc.relocs.items()), enc.addrs,
                             sorted(enc.facts.items()))).encode())
     encode(paths[0])
     start = time.process_time()
@@ -104,11 +109,25 @@ def modules_part(tree: Path, base: Path, work: Path) -> tuple[dict[str, float], 
     return cpu, digest.hexdigest()
 
 
+def tree_part(build: Path, tree: Path, vmlinux_btf: Path) -> tuple[dict[str, float], str]:
+    """Not timed: the encoded copy of the tree, and its vmlinux's BTF for
+    the module links."""
+    from kernel_tree import TMP_VMLINUX, encoded_tree
+    from linkdedup.pipeline import link
+    from objbtf.features import Features
+    if not (tree / TMP_VMLINUX).exists():
+        encoded_tree(build, tree)
+    link(str(tree / TMP_VMLINUX), features=Features(), output=str(vmlinux_btf))
+    return {}, ''
+
+
 def worker(args: argparse.Namespace) -> int:
     sys.path[:0] = [args.code, str(Path(args.code) / 'tests')]
     work = Path(args.work)
-    if args.worker == 'encode':
-        cpu, digest = encode_part(Path(args.build), args.every)
+    if args.worker == 'tree':
+        cpu, digest = tree_part(Path(args.build), Path(args.tree), Path(args.vmlinux_btf))
+    elif args.worker == 'encode':
+        cpu, digest = encode_part(Path(args.build), args.every, not args.own_trees)
     elif args.worker == 'link':
         cpu, digest = link_part(Path(args.tree), work)
     else:
@@ -125,11 +144,17 @@ def describe(code: Path) -> str:
     return f'{code} ({r.stdout.strip()})' if r.returncode == 0 else str(code)
 
 
+def vmlinux_btf(tree: Path) -> Path:
+    """Where the BTF of ``tree``'s vmlinux is kept, the module links' base."""
+    return tree.with_name(tree.name + '.vmlinux.btf')
+
+
 def run_worker(args: argparse.Namespace, part: str, code: Path, work: Path, build: Path,
                tree: Path) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), '--worker', part, '--code', str(code),
            '--work', str(work), '--build', str(build), '--tree', str(tree),
-           '--every', str(args.every), '--vmlinux-btf', str(tree.parent / 'vmlinux.btf')]
+           '--every', str(args.every), '--vmlinux-btf', str(vmlinux_btf(tree)),
+           *(['--own-trees'] if args.own_trees else [])]
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
     env['OBJBTF_RESIDENT'] = '0'
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -148,6 +173,8 @@ def main() -> int:
     ap.add_argument('--parts', default=','.join(PARTS), help='of ' + ','.join(PARTS))
     ap.add_argument('--work', help='keep the encoded tree in this directory (made if '
                                    'missing); default: a temporary one')
+    ap.add_argument('--own-trees', action='store_true',
+                    help='each checkout links the tree it encoded (objects in another format)')
     ap.add_argument('--no-record', action='store_true')
     for hidden in ('--worker', '--code', '--build', '--tree', '--vmlinux-btf'):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
@@ -161,7 +188,7 @@ def main() -> int:
         ap.error(f'--parts: of {",".join(PARTS)}')
     sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / 'tests')]
     from accounting import machine_cpu, tree_cpu
-    from kernel_tree import TMP_VMLINUX, encoded_tree, objects
+    from kernel_tree import objects
     from results import record
     from trust import doubts, paired_ratio
 
@@ -173,16 +200,13 @@ def main() -> int:
                         str(code / 'linkdedup')], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
-        tree = work / 'build'
-        if {'link', 'modules'} & set(parts):
-            if not (tree / TMP_VMLINUX).exists():
-                print('preparing an encoded copy of the kernel tree...', file=sys.stderr)
-                encoded_tree(build, tree)
-            if 'modules' in parts:
-                from linkdedup.pipeline import link
-                from objbtf.features import Features
-                link(str(tree / TMP_VMLINUX), features=Features(),
-                     output=str(work / 'vmlinux.btf'))
+        trees = {side: work / (f'build-{side}' if args.own_trees else 'build') for side in sides}
+        for side, tree in trees.items():
+            if {'link', 'modules'} & set(parts) and not vmlinux_btf(tree).exists():
+                print(f'preparing an encoded copy of the kernel tree ({tree})...',
+                      file=sys.stderr)
+                run_worker(args, 'tree', sides[side if args.own_trees else 'this'], work,
+                           build, tree)
         cpu: dict[str, dict[str, list[float]]] = {s: {} for s in sides}
         digests: dict[str, set[str]] = {}
         others = wall = 0.0
@@ -192,7 +216,7 @@ def main() -> int:
                 for side in order:
                     (work / side).mkdir(exist_ok=True)
                     t0, c0, m0 = time.monotonic(), tree_cpu(), machine_cpu()
-                    out = run_worker(args, part, sides[side], work / side, build, tree)
+                    out = run_worker(args, part, sides[side], work / side, build, trees[side])
                     dt, dc = time.monotonic() - t0, tree_cpu() - c0
                     wall += dt
                     others += machine_cpu() - m0 - dc

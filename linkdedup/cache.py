@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -32,10 +33,11 @@ from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 
 from .concat import Blob
+from .datasec import misplaced
 from .kfuncs import Kfuncs
 from .relocate import Field, place_fields, section_offsets
 
-MAGIC = b'OBTFLINKCACHE\x00\x00\x01'
+MAGIC = b'OBTFLINKCACHE\x00\x00\x02'
 _KEY_LEN = 32
 _CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / 'objbtf')
 
@@ -102,22 +104,29 @@ def describe_datasecs(final: Btf, type_offsets: list[int], layout: list[list[Fie
 
 
 def store(path: str, key: bytes, link: CachedLink) -> None:
+    """Keep ``link`` in ``path``: the magic, the key, the checksum (crc32)
+    and length of the description, the description (JSON), the final BTF."""
     meta = json.dumps({'summary': link.summary,
                        'datasecs': [[d.record, d.name, d.vars, d.fields] for d in link.datasecs]},
                       separators=(',', ':')).encode()
-    write_atomically(path, [MAGIC, key, struct.pack('<I', len(meta)), meta, link.raw])
+    crc = zlib.crc32(link.raw, zlib.crc32(meta))
+    write_atomically(path, [MAGIC, key, struct.pack('<II', crc, len(meta)), meta, link.raw])
 
 
 def load(path: str, key: bytes) -> CachedLink | None:
-    """The cached link if ``path`` holds one made with ``key``."""
+    """The cached link if ``path`` holds one made with ``key``, intact:
+    the BTF it holds was checked when the link that stored it wrote it."""
     try:
         with open(path, 'rb') as f:
-            head = f.read(len(MAGIC) + _KEY_LEN + 4)
-            if head[:len(MAGIC)] != MAGIC or head[len(MAGIC):-4] != key:
+            head = f.read(len(MAGIC) + _KEY_LEN + 8)
+            if head[:len(MAGIC)] != MAGIC or head[len(MAGIC):-8] != key:
                 return None
-            (meta_len,) = struct.unpack('<I', head[-4:])
-            meta = json.loads(f.read(meta_len))
+            crc, meta_len = struct.unpack('<II', head[-8:])
+            meta = f.read(meta_len)
             raw = f.read()
+        if zlib.crc32(raw, zlib.crc32(meta)) != crc:
+            return None
+        meta = json.loads(meta)
     except (OSError, ValueError, struct.error):
         return None
     datasecs = [CachedDatasec(r, n, [tuple(v) for v in vs], [tuple(f) for f in fs])
@@ -143,6 +152,8 @@ def replay(link: CachedLink, elf: ElfFile, btf_section: Section, blobs: list[Blo
         if any(sec.name != ds.name for sec, _ in mine):
             return None
         rows = sorted((off, var, size) for (_, off), (var, size) in zip(mine, ds.vars))
+        if misplaced([(off, size) for off, _, size in rows], mine[0][0].size) is not None:
+            return None         # the full link names the culprits
         placed_ds = BtfType(Kind.DATASEC, ds.name, size=mine[0][0].size,
                             items=tuple([VarSecinfo(var, off, size) for off, var, size in rows]))
         rewrite_type(out, ds.record, placed_ds, elf.byteorder)

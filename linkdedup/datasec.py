@@ -7,6 +7,8 @@ offset, and the DATASEC sized from the output section.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from objbtf.btf.kinds import Kind
 from objbtf.btf.types import Btf, BtfType, VarSecinfo
 
@@ -35,3 +37,18 @@ def rebuild_datasecs(btf: Btf, placed: Placements, fields: Fields,
                         items=tuple(VarSecinfo(t, off, size) for off, t, size, _ in rows)))
         layout.append([field for *_, field in rows])
     return layout
+
+
+def misplaced(entries: Sequence[tuple[int, int]], size: int) -> tuple[int, bool] | None:
+    """The first of a DATASEC's ``entries`` (offset, size), sorted by
+    offset, that overlaps the one before it (True) or does not lie within
+    the section's ``size`` (False), or None: the kernel accepts neither,
+    and ld gives neither."""
+    end = 0
+    for j, (offset, length) in enumerate(entries):
+        if offset < 0 or offset + length > size:
+            return j, False
+        if offset < end:
+            return j, True
+        end = offset + length
+    return None

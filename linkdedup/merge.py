@@ -148,13 +148,24 @@ def _resolver(part: _Part, ids: dict[int, int], by_hash: dict[int, int]):
     own entry if it was taken as it is, else its hash's."""
     low = part.order << _LOCAL_BITS
     hashes = part.chunk.hashes
+    count = part.count
 
     def resolve(local: int) -> int:
         if local == 0:
             return 0
+        if local > count:
+            raise _dangling(part, local)
         found = ids.get(low | local)
         return found if found is not None else by_hash[hashes[local - 1]]
     return resolve
+
+
+def _dangling(part: _Part, ref: int) -> BtfError:
+    """A type of ``part`` refers past its last type.  The encoder never
+    writes one, and the link's own chunks (``rehash``) refuse them: only a
+    chunk made to pass its checksum gets here."""
+    return BtfError(f'{part.blob.label}: a type refers to type {ref}, past the last '
+                    f'type ({part.count})')
 
 
 def _scan_chunks(parts: list[_Part], jobs: int) -> tuple[dict[int, int], list[int]]:
@@ -269,9 +280,12 @@ def _users(parts: list[_Part], first: dict[int, int], parsed: dict[int, BtfType]
         t = parsed[pos]
         if t.kind in _LEAF:
             continue
-        hashes = parts[pos >> _LOCAL_BITS].chunk.hashes
+        part = parts[pos >> _LOCAL_BITS]
+        hashes = part.chunk.hashes
         for ref in t.refs():
             if ref:
+                if ref > part.count:
+                    raise _dangling(part, ref)
                 rh = hashes[ref - 1]
                 name = named.get(rh)
                 if name is not None:

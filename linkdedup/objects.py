@@ -56,8 +56,8 @@ def _describe(chunk: Chunk) -> str:
         return (f'an object of format {chunk.version}, which records no name '
                 f'(chunk at offset {chunk.position} of {CHUNK_SECTION})')
     if chunk.version != VERSION:
-        return f'{chunk.name} (format {chunk.version})'
-    return f'{chunk.name} (hash scheme {chunk.scheme})'
+        return f'{chunk.label} (format {chunk.version})'
+    return f'{chunk.label} (hash scheme {chunk.scheme})'
 
 
 class ObjectList:

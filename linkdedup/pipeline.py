@@ -7,25 +7,28 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 from objbtf.btf.chunk import SECTION as CHUNK_SECTION
 from objbtf.btf.chunk import Chunk, split_chunks
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
-from objbtf.btf.kinds import BTF_HEADER_LEN
+from objbtf.btf.hashing import past_the_last
+from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, gc_paused
+from objbtf.btf.validate import first_problem_among
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
-from objbtf.errors import ObjbtfError
+from objbtf.errors import ObjbtfError, shown
 from objbtf.features import Features
 from objbtf.functions import FACT_WEAK
 
 from . import cache as link_cache
 from .base_index import BaseIndex, open_index
 from .concat import Blob, canonical_order, split_blobs
-from .datasec import rebuild_datasecs
+from .datasec import misplaced, rebuild_datasecs
 from .emit import emit
 from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions, merged_facts
 from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, kernel_marks_sets, tag_kfuncs
@@ -260,7 +263,52 @@ def datasec_pass(state: LinkState) -> None:
     """Pass 4: one DATASEC per output section (``datasec``)."""
     state.progress.step('datasec')
     state.layout = rebuild_datasecs(state.btf, state.placed, state.fields, state.graves)
+    _check_datasecs(state)
     state.summary.variables = sum(map(len, state.layout))
+
+
+def _check_datasecs(state: LinkState) -> None:
+    """The DATASECs made from what ld says of the variables (relocations,
+    symbols, sections: nothing a checksum covers): variables that collide
+    or lie outside their section are named, with their objects.  The
+    kernel's other rules on them wait for dedup (``_check_final_datasecs``):
+    before it the table may have more types than BTF can number."""
+    btf, blobs = state.btf, state.inputs.blobs
+    first = btf.next_id - len(state.layout)
+    for k, fields in enumerate(state.layout):
+        ds = btf[first + k]
+        bad = misplaced([(v.offset, v.size) for v in ds.items], ds.size)
+        if bad is None:
+            continue
+
+        def variable(j: int) -> str:
+            v = ds.items[j]
+            return (f"variable '{btf[v.type].name}' of {blobs[fields[j][0]].label} "
+                    f'at offset {v.offset} ({v.size} bytes)')
+        j, overlaps = bad
+        clash = (f'overlaps {variable(j - 1)}' if overlaps
+                 else f'lies outside the section ({ds.size} bytes)')
+        raise LinkError(f'{state.path}: in section {shown(ds.name)}, {variable(j)} {clash}: '
+                        'are the relocations of .BTF or the symbols corrupt?')
+
+
+def _check_final_datasecs(state: LinkState) -> None:
+    """The final DATASECs against the kernel's rules (``_check_datasecs``),
+    with their VARs: the kernel resolves types in id order, and checks the
+    size of a DATASEC's entry only if its VAR was resolved before.  Dedup
+    keeps the DATASECs, in order, near the end: they are looked for from
+    there."""
+    final, datasecs = state.final, []
+    for type_id in range(final.next_id - 1, final.start_id - 1, -1):
+        if len(datasecs) == len(state.layout):
+            break
+        if final[type_id].kind is Kind.DATASEC:
+            datasecs.append(type_id)
+    problem = first_problem_among(final, datasecs + [v.type for ds in datasecs
+                                                    for v in final[ds].items])
+    if problem is not None:
+        raise LinkError(f'{state.path}: the DATASECs made of the objects\' variables break a '
+                        f'rule of the kernel\'s: {shown(str(problem))}')
 
 
 def functions_pass(state: LinkState) -> None:
@@ -287,11 +335,20 @@ def dedup_pass(state: LinkState) -> None:
     """Pass 7: libbpf's dedup (``objbtf.btf.dedup``); with a base index,
     through it (``premap``)."""
     state.progress.step(f'dedup {len(state.btf)} types')
-    if state.index is not None:
-        state.final, state.summary.premapped = split_dedup(
-            state.btf, state.merged, *state.table.chunk_entries(), state.index)
-    else:
-        state.final = dedup(state.btf)
+    try:
+        if state.index is not None:
+            state.final, state.summary.premapped = split_dedup(
+                state.btf, state.merged, *state.table.chunk_entries(), state.index)
+        else:
+            state.final = dedup(state.btf)
+    except IndexError:
+        # A base is read as it is (vmlinux's BTF, checked when linked).
+        dangling = state.base.dangling() if state.base is not None else None
+        if dangling is None:
+            raise
+        raise LinkError(f'{state.base_path}: the base BTF is damaged: '
+                        f'{past_the_last(state.base, *dangling)}') from None
+    _check_final_datasecs(state)
     state.summary.types_out = len(state.final)
 
 
@@ -370,47 +427,51 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
     found = _chunks(elf, path, objects, progress) if merge else None
     if found is None:
         blobs = split_blobs(elf.section_view(sec))
+        own = None if merge else _own_chunks(elf, blobs)
         if merge:
             progress.step(f'hash the types of {len(blobs)} blobs')
-        made = _make_chunks(hashed_chunk if merge else unmerged_chunk, blobs, jobs)
-        if not merge:
-            _keep_facts(elf, made)
+        # Blobs that no checksum vouches for get the kernel's rules there.
+        check = own is None or not all(c.describes(b.data) for c, b in zip(own, blobs))
+        made = _make_chunks(partial(hashed_chunk if merge else unmerged_chunk, check=check),
+                            blobs, jobs, path)
+        for chunk, theirs in zip(made, own or ()):
+            chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
         inputs = Inputs(sec, blobs, made)
     else:
         chunks = [c for c in found if c.has_btf]
-        blobs = split_blobs(elf.section_view(sec), [c.name for c in chunks])
+        blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
         _check_pairs(path, blobs, chunks)
+        _check_checksums(path, found, blobs)
         inputs = Inputs(sec, blobs, chunks, len(found) - len(chunks))
     elf.release(sec)
     return inputs
 
 
-def _keep_facts(elf: ElfFile, made: list[Chunk]) -> None:
-    """The function facts of the file's own chunks, if it has them, on the
-    chunks made for its blobs (one each, in link order)."""
+def _own_chunks(elf: ElfFile, blobs: list[Blob]) -> list[Chunk] | None:
+    """The file's own chunks of ``blobs`` (one each, in link order), for
+    their function facts; None if it has none, or not one each."""
     sec = elf.section_by_name(CHUNK_SECTION)
     if sec is None or sec.size == 0:
-        return
+        return None
     own = [c for c in split_chunks(elf.section_view(sec), elf.byteorder) if c.has_btf]
     elf.release(sec)
-    if len(own) == len(made):
-        for chunk, theirs in zip(made, own):
-            chunk.facts, chunk.raw_facts = theirs.facts, theirs.raw_facts
+    return own if len(own) == len(blobs) else None
 
 
-def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int) -> list[Chunk]:
-    """``make(blob)`` for every blob, in ``jobs`` processes."""
+def _make_chunks(make: Callable[[Blob], Chunk], blobs: list[Blob], jobs: int,
+                 path: str) -> list[Chunk]:
+    """``make(blob)`` for every blob of ``path``, in ``jobs`` processes."""
     def shard(r: range) -> list[Chunk]:
-        return [_blob_error(make, blobs[i]) for i in r]
+        return [_blob_error(make, blobs[i], path) for i in r]
     results = run_sharded(shard, [len(b.data) for b in blobs], jobs)
     return [c for part in results for c in part]
 
 
-def _blob_error(make: Callable[[Blob], Chunk], blob: Blob) -> Chunk:
+def _blob_error(make: Callable[[Blob], Chunk], blob: Blob, path: str) -> Chunk:
     try:
         return make(blob)
     except BtfError as err:
-        raise LinkError(f'{blob.label}: {err}') from None
+        raise LinkError(f'{path}: {blob.label}: {err}') from None
 
 
 def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
@@ -456,13 +517,25 @@ def _check_pairs(path: str, blobs: list[Blob], chunks: list[Chunk]) -> None:
     for blob, chunk in zip(blobs, chunks):
         if chunk.btf_size != len(blob.data):
             raise LinkError(f'{path}: {CHUNK_SECTION} does not describe the .BTF blobs: '
-                            f'the chunk of {chunk.name} is for {chunk.btf_size} bytes of BTF, '
+                            f'the chunk of {chunk.label} is for {chunk.btf_size} bytes of BTF, '
                             f'{blob.label} has {len(blob.data)}: was some object given .BTF '
                             'by another tool?')
     if len(chunks) != len(blobs):
         raise LinkError(f'{path}: {CHUNK_SECTION} does not describe the .BTF blobs '
                         f'({len(chunks)} chunks with types for {len(blobs)} blobs): '
                         'was some object given .BTF by another tool?')
+
+
+def _check_checksums(path: str, chunks: list[Chunk], blobs: list[Blob]) -> None:
+    """Every chunk is the one the encoder wrote for its blob (``chunks``
+    in link order, the typeless too; ``blobs`` those of the chunks with
+    types): the link merges by the chunks' hashes, which must not lie."""
+    data = iter(b.data for b in blobs)
+    for chunk in chunks:
+        if not chunk.describes(next(data) if chunk.has_btf else b''):
+            raise LinkError(f'{path}: the {CHUNK_SECTION} chunk of {chunk.label} (at offset '
+                            f'{chunk.position}) does not match its checksum: the object '
+                            'changed after objbtf encode wrote it; encode it again')
 
 
 def _load_base(path: str, index_path: str | None,

@@ -25,6 +25,7 @@ from objbtf.elf.addrtable import SECTION as ADDR_TABLE, address_slots
 from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.relocs import arch_for
+from objbtf.errors import shown
 
 from .concat import Blob, datasecs
 
@@ -137,6 +138,10 @@ def _from_relocations(elf: ElfFile, where: Section, fields: list[int],
             raise BtfError(f'{describe(k)} has no relocation in .rela{where.name}')
         sym = symbols[hit[0]]
         if sym.shndx == 0 or sym.shndx >= SHN_LORESERVE:
-            raise BtfError(f"{describe(k)} is relocated against undefined symbol '{sym.name}'")
+            raise BtfError(f"{describe(k)} is relocated against undefined symbol "
+                           f"'{shown(sym.name)}'")
+        if sym.shndx >= len(elf.sections):
+            raise BtfError(f"{describe(k)} is relocated against symbol '{shown(sym.name)}' "
+                           f'of section {sym.shndx}, which the file does not have')
         out.append((elf.sections[sym.shndx], sym.value + hit[1]))
     return out

@@ -99,8 +99,7 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     offsets: list[int] = []
     raw = encode_btf(out, offsets)
     hashes, flags = type_hashes(out)
-    chunk = encode_chunk(name, hashes, offsets, flags, len(raw), elf.byteorder,
-                             facts)
+    chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
     relocs, addrs = _datasec_relocs(out, placements, offsets, elf, len(raw))
     return Encoded(out, raw, chunk, relocs, addrs, n_funcs, n_vars, facts)
 

@@ -11,3 +11,10 @@ else escaping is a bug in objbtf.
 
 class ObjbtfError(Exception):
     """An error objbtf reports on one line; the message says what is wrong."""
+
+
+def shown(text: str) -> str:
+    """``text`` for a one-line message: as it is when printable, else with
+    Python's escapes (a name read from a corrupt file may hold any bytes,
+    a newline among them)."""
+    return text if text.isprintable() else ascii(text)[1:-1]

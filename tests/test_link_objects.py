@@ -99,17 +99,20 @@ def test_chunk_round_trip(tmp_path, encoded, order):
     names of every padding length, read back the same, also concatenated
     with zero padding between them, as ld may leave."""
     _, data, native = section(tmp_path / encoded[0], SECTION)
+    _, blob, _ = section(tmp_path / encoded[0], '.BTF')
     [real] = split_chunks(data, native)
+    assert real.describes(blob)
     for name in ('a.o', 'dir/ab.o', 'x' * 8, 'kernel/fork.o', 'drivers/net/veth.mod.o'):
         chunk = encode_chunk(name, [0, *real.hashes], list(real.offsets), b'\0' + real.flags,
-                               real.btf_size, order)
+                             blob, order)
         assert len(chunk) % 8 == 0
         first, second = split_chunks(chunk + bytes(8) + chunk, order)
         assert second.position == len(chunk) + 8
         for back in (first, second):
             assert (back.name, back.count, back.btf_size) == (name, real.count, real.btf_size)
             assert back.hashes == real.hashes and back.offsets == real.offsets
-            assert back.flags == real.flags and back.usable
+            assert back.flags == real.flags and back.usable and back.describes(blob)
+            assert not back.describes(blob[:-1] + b'x')
 
 
 def test_object_without_types_gets_a_named_chunk(tmp_path):
@@ -175,6 +178,30 @@ def test_link_refuses_a_version_1_chunk(tmp_path, encoded):
     r = link(tmp_path, ld_r(tmp_path, encoded))
     assert r.returncode == 1 and 'format 1, which records no name' in r.stderr
     assert '1 of 4 objects' in r.stderr
+
+
+def version_3_chunk(chunk: bytes, order: str) -> bytes:
+    """The same chunk in the layout before checksums: no checksum field."""
+    e = '<' if order == 'little' else '>'
+    _, _, scheme, size, name_len, count, btf_size = struct.unpack_from(e + '4sHHIIII', chunk)
+    tables = 24 + name_len + (-name_len % 8)
+    return (struct.pack(e + '4sHHIIII', b'OBTF', 3, scheme, size - 8, name_len, count, btf_size)
+            + chunk[24:tables] + chunk[tables + 8:])
+
+
+def test_link_refuses_the_previous_format_saying_to_encode_again(tmp_path, encoded):
+    """An object encoded before chunks had checksums is named, to be rebuilt
+    (as any other format is): its hashes are not to be trusted unchecked."""
+    path = tmp_path / encoded[2]
+    offset, chunk, order = section(path, SECTION)
+    old = version_3_chunk(chunk, order)
+    [back] = split_chunks(old, order)
+    assert (back.name, back.version, back.usable) == (encoded[2], 3, False)
+    patch_file(path, offset, old + bytes(len(chunk) - len(old)))   # zeros: padding to ld
+    r = link(tmp_path, ld_r(tmp_path, encoded))
+    assert r.returncode == 1 and 'Traceback' not in r.stderr
+    assert f'{encoded[2]} (format 3)' in r.stderr and 'rebuild' in r.stderr
+    assert '1 of 4 objects was encoded by another objbtf' in r.stderr
 
 
 # --- --objects, --allow-missing ------------------------------------------------
@@ -266,8 +293,8 @@ def test_corrupt_blob_header_names_the_object(tmp_path, encoded):
 
 
 def test_corrupt_types_name_the_object(tmp_path, encoded):
-    """unit_b.o alone defines its struct device, so its types are parsed from
-    its own blob: every type's kind made unknown there is found there."""
+    """Every type's kind made unknown in unit_b.o's blob: its chunk's
+    checksum no longer matches, which names it."""
     path = tmp_path / 'unit_b.o'
     offset, raw, order = section(path, '.BTF')
     _, data, _ = section(path, SECTION)
@@ -277,8 +304,9 @@ def test_corrupt_types_name_the_object(tmp_path, encoded):
         info = offset + hdr_len + type_off + type_offset + 4 + (3 if order == 'little' else 0)
         patch_file(path, info, bytes([0x1f]))                       # kind 31, the top byte
     r = link(tmp_path, ld_r(tmp_path, encoded))
-    assert r.returncode == 1 and 'unknown kind 31' in r.stderr
-    assert 'the BTF of unit_b.o (blob ' in r.stderr
+    assert r.returncode == 1 and 'Traceback' not in r.stderr
+    assert 'the .BTF.objbtf chunk of unit_b.o (at offset ' in r.stderr
+    assert 'does not match its checksum' in r.stderr and 'encode it again' in r.stderr
 
 
 def test_missing_relocation_names_the_object(tmp_path, encoded):

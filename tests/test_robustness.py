@@ -246,3 +246,431 @@ def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
         line = one_line(r.stderr)
         assert obj.name in line and f'alignment 0x{align:x}' in line, line
         assert obj.read_bytes() == data
+# --- the chunk cannot lie -------------------------------------------------------
+
+def test_a_hash_copied_over_another_is_an_error_naming_the_object(tmp_path):
+    """The issue's reproduction: in a.o's chunk, the hash of `int` copied over
+    that of `long unsigned int` made the link merge the two and write
+    `struct pkt_stats { int rx_bytes; int tx_bytes; }`, valid BTF, exit 0.
+    The chunk's checksum no longer matches: the link refuses, naming a.o."""
+    from objbtf.btf.chunk import SECTION, split_chunks
+    from objbtf.btf.reader import parse_btf
+    need('ld')
+    (tmp_path / 'a.c').write_text(PERCPU_SOURCE)
+    (tmp_path / 'b.c').write_text('__attribute__((section(".data..percpu"))) int only_b;\n')
+    a = compile_c('gcc', tmp_path / 'a.c', tmp_path / 'a.o')
+    b = compile_c('gcc', tmp_path / 'b.c', tmp_path / 'b.o')
+    objbtf('encode', 'a.o', 'b.o', cwd=tmp_path)
+    run('ld', '-r', '-o', tmp_path / 'good.o', a, b)
+    objbtf('link', '-o', 'good.btf', 'good.o', cwd=tmp_path)
+    assert "'rx_bytes' type_id=" in objbtf('dump', tmp_path / 'good.btf').stdout
+
+    btf = parse_btf(section_bytes(a, '.BTF'))
+    ids = {t.name: i for i, t in btf.own() if t.name in ('int', 'long unsigned int')}
+    chunk_bytes = section_bytes(a, SECTION)
+    [chunk] = split_chunks(chunk_bytes, 'little')
+    source, target = (chunk.hashes[ids[n] - 1].to_bytes(8, 'little')
+                      for n in ('int', 'long unsigned int'))
+    assert chunk_bytes.count(target) == 1
+    data = a.read_bytes()
+    at = data.index(chunk_bytes)
+    a.write_bytes(data[:at] + chunk_bytes.replace(target, source) + data[at + len(chunk_bytes):])
+    run('ld', '-r', '-o', tmp_path / 'bad.o', a, b)
+    r = objbtf('link', '-o', 'bad.btf', 'bad.o', cwd=tmp_path, check=False)
+    assert r.returncode == 1
+    line = one_line(r.stderr)
+    assert 'bad.o' in line and 'chunk of a.o' in line and 'checksum' in line, line
+    assert not (tmp_path / 'bad.btf').exists()
+
+
+# --- link: inputs that lie, damaged or forged ------------------------------------
+
+def linked_fixture(tmp_path: Path, executable: bool = False) -> Path:
+    """counter_a.o, counter_b.o (percpu statics of one name) and kinds.o,
+    encoded and linked: ``ld -r``, or as an executable, as vmlinux is."""
+    need('ld')
+    objs = [compile_c('gcc', C_FIXTURES / f'{n}.c', tmp_path / f'{n}.o')
+            for n in ('counter_a', 'counter_b', 'kinds')]
+    objbtf('encode', *[o.name for o in objs], cwd=tmp_path)
+    out = tmp_path / ('all' if executable else 'all.o')
+    flags = ['-e', '0', '--unresolved-symbols=ignore-all'] if executable else ['-r']
+    run('ld', *flags, '-o', out, *objs)
+    return out
+
+
+def patch(path: Path, offset: int, data: bytes) -> None:
+    with open(path, 'r+b') as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def blob_types(path: Path, index: int) -> list[tuple[int, object]]:
+    """(file offset, type) of each type of the ``index``-th blob of .BTF."""
+    from linkdedup.concat import split_blobs
+    from objbtf.btf.reader import parse_btf
+    from objbtf.elf.reader import ElfFile
+    with ElfFile.open(str(path)) as elf:
+        sec = elf.section_by_name('.BTF')
+        blob = split_blobs(elf.section_data(sec))[index]
+        offsets: list[int] = []
+        btf = parse_btf(bytes(blob.data), offsets=offsets)
+        start = sec.offset + blob.offset + blob.header.hdr_len + blob.header.type_off
+        return [(start + off, btf[i + 1]) for i, off in enumerate(offsets)]
+
+
+def first_of(types: list[tuple[int, object]], kind: str) -> int:
+    return next(at for at, t in types if t.kind.name == kind)
+
+
+def link_fails(tmp_path: Path, target: Path, *says: str) -> str:
+    """Link ``target``: exit 1, one line naming it and saying ``says``, no
+    output, the input as it was."""
+    before = target.read_bytes()
+    r = objbtf('link', '-q', '-o', 'out.btf', target.name, cwd=tmp_path, check=False)
+    assert r.returncode == 1, r.stderr
+    line = one_line(without_warnings(r.stderr))
+    assert target.name in line and all(s in line for s in says), line
+    assert not (tmp_path / 'out.btf').exists() and target.read_bytes() == before
+    return line
+
+
+def without_warnings(stderr: str) -> str:
+    """The link's stderr without its warnings (each a line of its own, as
+    that a file has no .BTF.objbtf): what is left is the error."""
+    return ''.join(line for line in stderr.splitlines(keepends=True)
+                   if not line.startswith('objbtf link: warning: '))
+
+
+COUNT_PAST = 1000
+
+
+@pytest.mark.parametrize('damage, says', [
+    ('a reference past the last type', ('BTF blob 3 at offset', 'refers to missing type [1000]')),
+    ('a name past the string section', ('BTF blob 3 at offset', 'outside the string section')),
+    ('an INT with kflag', ('BTF blob 3 at offset', 'the kernel would reject')),
+    ('a DATASEC entry smaller than its VAR', ("DATASEC '.data..percpu'",
+                                              "less than its type's 4")),
+])
+def test_link_without_chunks_names_what_is_wrong(tmp_path, damage, says):
+    """No .BTF.objbtf: nothing vouches for the blobs, so the link checks each
+    against the kernel's rules (tracebacks in the issue: IndexError in
+    hashing.py and merge.py), and the DATASECs it makes of them."""
+    linked = linked_fixture(tmp_path)
+    bare = tmp_path / 'bare.o'
+    run(need('objcopy'), '--remove-section', '.BTF.objbtf', linked, bare)
+    types = blob_types(bare, 2)
+    if damage == 'a reference past the last type':
+        patch(bare, first_of(types, 'PTR') + 8, (COUNT_PAST).to_bytes(4, 'little'))
+    elif damage == 'a name past the string section':
+        patch(bare, first_of(types, 'STRUCT'), (0xfffff0).to_bytes(4, 'little'))
+    elif damage == 'an INT with kflag':
+        at = first_of(types, 'INT') + 4
+        info = int.from_bytes(bare.read_bytes()[at:at + 4], 'little')
+        patch(bare, at, (info | 1 << 31).to_bytes(4, 'little'))
+    else:       # the size of the first entry of counter_a.o's DATASEC, an int
+        patch(bare, first_of(blob_types(bare, 0), 'DATASEC') + 12 + 8, (2).to_bytes(4, 'little'))
+    link_fails(tmp_path, bare, *says)
+
+
+def test_a_forged_chunk_still_gives_one_line_naming_the_object(tmp_path):
+    """The checksum guards against damage, not forgery: a chunk made to
+    match a blob whose VAR refers past its last type is trusted, and the
+    merge still stops on one line naming the object."""
+    import fuzz
+    linked = linked_fixture(tmp_path)
+    patch(linked, first_of(blob_types(linked, 0), 'VAR') + 8,
+          COUNT_PAST.to_bytes(4, 'little'))
+    line = link_fails(tmp_path, linked, 'checksum')
+    assert 'counter_a.o' in line, line
+    linked.write_bytes(fuzz.resign(linked.read_bytes()))
+    link_fails(tmp_path, linked, 'the BTF of counter_a.o', 'past the last type')
+
+
+def test_a_corrupt_chunk_name_is_shown_escaped_on_one_line(tmp_path):
+    from objbtf.btf.chunk import SECTION
+    linked = linked_fixture(tmp_path)
+    data = linked.read_bytes()
+    chunks = section_bytes(linked, SECTION)
+    at = data.index(chunks) + data[data.index(chunks):].index(b'counter_b.o')
+    patch(linked, at, b'\ncou\x01')
+    link_fails(tmp_path, linked, 'chunk of \\ncou\\x01er_b.o', 'checksum')
+
+
+def rela_btf(path: Path) -> tuple[int, list[tuple[int, int, int]]]:
+    """File offset of .rela.BTF and its entries (offset, info, addend)."""
+    with open(path, 'rb') as f:
+        sec = ELFFile(f).get_section_by_name('.rela.BTF')
+        return sec['sh_offset'], [(r['r_offset'], r['r_info'], r['r_addend'])
+                                  for r in sec.iter_relocations()]
+
+
+@pytest.mark.parametrize('addend', [-1, 2**32])
+def test_link_refuses_a_variable_placed_outside_its_section(tmp_path, addend):
+    """A `.rela.BTF` addend of -1 or 2^32 (struct.error in the issue)."""
+    linked = linked_fixture(tmp_path)
+    at, relocs = rela_btf(linked)
+    patch(linked, at + 16, addend.to_bytes(8, 'little', signed=True))
+    link_fails(tmp_path, linked, 'in section .data..percpu', 'lies outside the section',
+               'of the BTF of counter_a.o')
+
+
+def test_link_refuses_variables_that_overlap(tmp_path):
+    """Two entries at one place: ld never gives that, the kernel refuses it."""
+    linked = linked_fixture(tmp_path)
+    at, relocs = rela_btf(linked)
+    sym = relocs[0][1]
+    second = next(k for k, r in enumerate(relocs) if k and r[1] != sym)
+    patch(linked, at + 24 * second + 8, relocs[0][1].to_bytes(8, 'little'))
+    patch(linked, at + 24 * second + 16, relocs[0][2].to_bytes(8, 'little', signed=True))
+    link_fails(tmp_path, linked, 'overlaps variable')
+
+
+def symbol_entry(path: Path, name: str) -> int:
+    """File offset of the symbol table entry of ``name``."""
+    with open(path, 'rb') as f:
+        symtab = ELFFile(f).get_section_by_name('.symtab')
+        index = next(i for i, s in enumerate(symtab.iter_symbols()) if s.name == name)
+        return symtab['sh_offset'] + 24 * index
+
+
+def test_link_refuses_a_symbol_of_a_section_the_file_does_not_have(tmp_path):
+    """A symbol's section index out of range (IndexError in relocate.py)."""
+    linked = linked_fixture(tmp_path)
+    _, relocs = rela_btf(linked)
+    with open(linked, 'rb') as f:
+        symtab = ELFFile(f).get_section_by_name('.symtab')
+        sym = relocs[0][1] >> 32
+        at = symtab['sh_offset'] + 24 * sym + 6                    # st_shndx
+    patch(linked, at, (0xfe00).to_bytes(2, 'little'))
+    link_fails(tmp_path, linked, 'of section 65024, which the file does not have')
+
+
+def test_link_refuses_a_section_too_small_for_its_variables(tmp_path):
+    """The DATASEC entry past its section of the issue: here the output
+    section shrunk under its variables."""
+    linked = linked_fixture(tmp_path)
+    with open(linked, 'rb') as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data..percpu')
+        at = elf['e_shoff'] + elf['e_shentsize'] * index + 32           # sh_size
+    patch(linked, at, (4).to_bytes(8, 'little'))
+    link_fails(tmp_path, linked, 'lies outside the section (4 bytes)')
+
+
+def test_odd_symbols_do_not_stop_the_link(tmp_path):
+    """A non-UTF-8 symbol name and a symbol size of 2^64-1 (the issue's
+    UnicodeEncodeError and struct.error) are names and sizes like others:
+    the link gives the BTF it gives without them."""
+    linked = linked_fixture(tmp_path)
+    objbtf('link', '-o', 'good.btf', linked.name, cwd=tmp_path)
+    patch(linked, symbol_entry(linked, 'bump_a') + 16, (2**64 - 1).to_bytes(8, 'little'))
+    with open(linked, 'rb') as f:
+        strtab = ELFFile(f).get_section_by_name('.strtab')
+        at = strtab['sh_offset'] + strtab.data().index(b'bump_b\0')
+    patch(linked, at, b'\xff\xfe')
+    objbtf('link', '-o', 'odd.btf', linked.name, cwd=tmp_path)
+    assert (tmp_path / 'odd.btf').read_bytes() == (tmp_path / 'good.btf').read_bytes()
+
+
+def test_a_damaged_link_cache_is_not_replayed(tmp_path):
+    """The cache's final BTF damaged on disk: its checksum fails, the link
+    is a full one, and gives the full link's bytes."""
+    linked = linked_fixture(tmp_path, executable=True)
+    objbtf('link', '-o', 'full.btf', linked.name, cwd=tmp_path)
+    objbtf('link', '--cache', 'c', '-o', 'first.btf', linked.name, cwd=tmp_path)
+    cache = tmp_path / 'c'
+    data = bytearray(cache.read_bytes())
+    data[-20] ^= 0x40
+    cache.write_bytes(bytes(data))
+    r = objbtf('link', '--cache', 'c', '-o', 'again.btf', linked.name, cwd=tmp_path)
+    assert 'replayed' not in r.stderr, r.stderr
+    assert (tmp_path / 'again.btf').read_bytes() == (tmp_path / 'full.btf').read_bytes()
+    r = objbtf('link', '--cache', 'c', '-o', 'third.btf', linked.name, cwd=tmp_path)
+    assert 'replayed' in r.stderr and (tmp_path / 'third.btf').read_bytes() == \
+        (tmp_path / 'full.btf').read_bytes()
+
+
+# --- link: faults and races ---------------------------------------------------------
+
+def test_link_onto_a_full_disk_names_the_output(tmp_path):
+    """`link -o` onto a full file system blamed the input in the issue."""
+    if os.geteuid() != 0:
+        pytest.fail('mounting a small tmpfs needs root')
+    linked = linked_fixture(tmp_path)
+    full = tmp_path / 'full'
+    full.mkdir()
+    run('mount', '-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', full)
+    try:
+        fd = os.open(full / 'filler', os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError):
+                while True:
+                    os.write(fd, bytes(4096))
+        finally:
+            os.close(fd)
+        for out in ('out.btf', 'out.o'):
+            r = objbtf('link', '-q', '-o', full / out, linked, check=False)
+            assert r.returncode == 1
+            line = one_line(r.stderr)
+            assert str(full / out) in line and 'No space left on device' in line, line
+            assert linked.name not in line
+        assert sorted(p.name for p in full.iterdir()) == ['filler']
+    finally:
+        run('umount', full)
+
+
+def test_in_place_link_of_an_immutable_file_names_it(tmp_path):
+    """The issue's message named the temporary file instead."""
+    linked = linked_fixture(tmp_path)
+    objbtf('link', '-o', 'base.btf', linked.name, cwd=tmp_path)
+    module = tmp_path / 'mod.ko'
+    shutil.copy(linked, module)
+    run('chattr', '+i', module)
+    try:
+        r = objbtf('link', '--base', 'base.btf', 'mod.ko', cwd=tmp_path, check=False)
+    finally:
+        run('chattr', '-i', module)
+    assert r.returncode == 1
+    assert one_line(r.stderr) == 'Error: mod.ko: Operation not permitted'
+    assert module.read_bytes() == linked.read_bytes() and litter(tmp_path) == []
+
+
+def test_two_links_to_one_output_at_once_both_succeed(tmp_path):
+    linked = linked_fixture(tmp_path)
+    objbtf('link', '-o', 'expected.btf', linked.name, cwd=tmp_path)
+    expected = (tmp_path / 'expected.btf').read_bytes()
+    for out in ['out.btf'] * 10 + ['out.o'] * 5:
+        procs = [subprocess.Popen([sys.executable, '-m', 'objbtf', 'link', '-q', '-o', out,
+                                   linked.name], cwd=tmp_path, stderr=subprocess.PIPE,
+                                  text=True, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+                 for _ in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        if out == 'out.btf':
+            assert (tmp_path / out).read_bytes() == expected
+        else:
+            assert section_bytes(tmp_path / out, '.BTF') == expected
+    assert litter(tmp_path) == []
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat ('t': stopped by a tracer), '' if gone."""
+    try:
+        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ''
+
+
+def unnamed_file_open(pid: int, directory: Path) -> bool:
+    """Whether ``pid`` has an O_TMPFILE file of ``directory`` open."""
+    try:
+        return any(os.readlink(fd.path).startswith(f'{directory}/#')
+                   for fd in os.scandir(f'/proc/{pid}/fd'))
+    except OSError:
+        return False
+
+
+#: Where a write can be killed: the new file written but still unnamed
+#: (O_TMPFILE), and named, just before the rename over the target.
+UNNAMED, NAMED = 'linkat', 'rename,renameat,renameat2'
+
+
+def kill_when_stopped(tmp_path: Path, calls: str, *args: str) -> None:
+    """Run objbtf ``args`` under strace, which holds it at the system calls
+    ``calls`` (and at no others) of its write, and kill -9 it there."""
+    strace = shutil.which('strace')
+    if strace is None:
+        pytest.fail('strace is not installed (Debian package strace); this test needs it')
+    p = subprocess.Popen([strace, '-f', '--seccomp-bpf', '-qq', '-o', '/dev/null',
+                          '-e', f'trace={calls}', '-e', f'inject={calls}:delay_enter=60000000',
+                          sys.executable, '-m', 'objbtf', *args], cwd=tmp_path,
+                         env={**os.environ, 'PYTHONPATH': str(ROOT),
+                              'PYTHONDONTWRITEBYTECODE': '1'})
+    held = ((lambda pid: unnamed_file_open(pid, tmp_path)) if calls == UNNAMED
+            else (lambda pid: bool(litter(tmp_path))))
+    deadline = time.monotonic() + 120
+    children = Path(f'/proc/{p.pid}/task/{p.pid}/children')
+    while True:
+        assert p.poll() is None and time.monotonic() < deadline, f'never held at {calls}'
+        tracee = [int(pid) for pid in children.read_text().split()]
+        if tracee and process_state(tracee[0]) == 't' and held(tracee[0]):
+            break
+        time.sleep(0.01)
+    os.kill(tracee[0], signal.SIGKILL)
+    p.kill()            # strace would hold the killed process until its delay ends
+    p.wait(timeout=60)
+    while process_state(tracee[0]):       # a zombie still counts as a running writer
+        assert time.monotonic() < deadline, f'{tracee[0]} never went'
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize('where', [UNNAMED, NAMED])
+def test_a_link_killed_while_writing_leaves_the_old_output(tmp_path, where):
+    """kill -9 at the two moments of a write that matter: the output stays
+    as it was (-o, and a module linked in place), and a named temporary
+    left behind is removed by the next link."""
+    linked = linked_fixture(tmp_path)
+    objbtf('link', '-o', 'base.btf', linked.name, cwd=tmp_path)
+    objbtf('link', '-o', 'expected.btf', linked.name, cwd=tmp_path)
+    module = tmp_path / 'mod.ko'
+    shutil.copy(linked, module)
+    objbtf('link', '--base', 'base.btf', 'mod.ko', cwd=tmp_path)
+    linked_module = module.read_bytes()
+    out = tmp_path / 'out.btf'
+    for args, target, old in ((['link', '-j', '1', '-o', 'out.btf', linked.name], out, b'old'),
+                              (['link', '-j', '1', '--base', 'base.btf', 'mod.ko'], module,
+                               linked.read_bytes())):
+        target.write_bytes(old)
+        kill_when_stopped(tmp_path, where, *args)
+        assert target.read_bytes() == old
+        if where == UNNAMED:
+            assert litter(tmp_path) == []
+        else:
+            [left] = litter(tmp_path)
+            assert left.startswith(f'.objbtf-{target.name}.')
+        objbtf(*args, cwd=tmp_path)
+        assert litter(tmp_path) == []
+    assert out.read_bytes() == (tmp_path / 'expected.btf').read_bytes()
+    assert module.read_bytes() == linked_module
+
+
+def test_a_link_removes_the_temporaries_of_dead_writers(tmp_path):
+    linked = linked_fixture(tmp_path)
+    dead = subprocess.Popen(['true'])
+    dead.wait()
+    stale = tmp_path / f'.objbtf-out.btf.{dead.pid}.0.tmp'
+    stale.write_bytes(b'partial')
+    objbtf('link', '-o', 'out.btf', linked.name, cwd=tmp_path)
+    assert litter(tmp_path) == []
+
+
+@pytest.mark.parametrize('align', [0xff000000, 1 << 31])
+def test_an_absurd_section_alignment_in_a_linked_input_is_refused(tmp_path, align):
+    """A rewrite honours each section's alignment: 2^31 padded an in-place
+    link's output to 2 GB (a hang in the fuzzer).  libelf refuses an
+    alignment that is not a power of two; objbtf also one above 16 MiB."""
+    linked = linked_fixture(tmp_path)
+    with open(linked, 'rb') as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data..percpu')
+        at = elf['e_shoff'] + elf['e_shentsize'] * index + 48           # sh_addralign
+    patch(linked, at, align.to_bytes(8, 'little'))
+    before = linked.read_bytes()
+    for args in (['link', '-q', linked.name], ['encode', '-q', linked.name]):
+        r = objbtf(*args, cwd=tmp_path, check=False)
+        assert r.returncode == 1
+        line = one_line(r.stderr)
+        assert linked.name in line and f'alignment 0x{align:x}' in line, line
+        assert linked.read_bytes() == before
+
+
+def test_link_refuses_a_datasec_the_kernel_would_not_take(tmp_path):
+    """The DATASEC takes its output section's name: one that is not
+    printable text (a damaged section name table) is refused on one line,
+    by the kernel's rules on the final DATASECs."""
+    linked = linked_fixture(tmp_path)
+    data = linked.read_bytes()
+    at = data.rindex(b'\0.data..percpu\0') + 1
+    patch(linked, at + 5, b'\x01')
+    link_fails(tmp_path, linked, "rule of the kernel's", "DATASEC '.data\\x01.percpu'", 'printable')

@@ -2,10 +2,10 @@
 
 One chunk per object, in the target's byte order; ld concatenates the chunks
 of all objects like the .BTF blobs, in the same order, each 8-aligned.
-Version 3:
+Version 4:
 
     0   char magic[4] = "OBTF"
-    4   u16  version = 3      the layout of the chunk (this docstring)
+    4   u16  version = 4      the layout of the chunk (this docstring)
     6   u16  hash_scheme      btf/hashing.py's HASH_SCHEME when the hashes were made
     8   u32  size             of the whole chunk, padding included (a multiple of 8)
     12  u32  name_len         bytes of the name, without padding
@@ -13,6 +13,10 @@ Version 3:
     20  u32  btf_size         size of the .BTF blob described
     24  char name[name_len]   the object: its path as given to `objbtf encode`
                               (`objbtf cc`: the -o), zero-padded to a multiple of 8
+        u32  checksum         zlib.crc32 of the chunk with this field zero, then
+                              of the .BTF blob with the offset field of every
+                              DATASEC entry zero (ld relocates those)
+        u32  0
         u64  hash[count]      structural hash of each type (btf/hashing.py)
         u32  offset[count]    byte offset of each type in the blob's type section
         u8   flags[count]     bit 0: never merge before dedup
@@ -27,27 +31,45 @@ An object that objbtf encoded but that has no types (assembly, -g0) gets a
 chunk with count 0 and btf_size 0, and no .BTF blob: it tells the link that
 the object went through objbtf and has nothing to contribute.
 
+The link trusts a chunk's hashes and offsets: two types with one hash are
+merged into one.  The checksum makes sure that they are the ones the
+encoder computed for this very blob: a chunk or blob damaged since (a hash
+copied over another would silently give the wrong type) is an error naming
+the object, and a blob that passes is the one the encoder wrote, which the
+encoder checked against the kernel's rules.
+
 Later versions keep the 24-byte header and the name where they are, so that
-any objbtf can name, and step over, a chunk it cannot read.  Version 2 had
-no function facts; version 1 had a 16-byte header (magic, version, u16 0,
-count, btf_size) and no name.
+any objbtf can name, and step over, a chunk it cannot read.  Version 3 had
+no checksum, version 2 no function facts either; version 1 had a 16-byte
+header (magic, version, u16 0, count, btf_size) and no name.
 """
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
+import zlib
 from array import array
+from collections.abc import Sequence
 
+from ..errors import shown
 from ..functions import decode_facts, encode_facts
 from .errors import BtfError
 from .hashing import HASH_SCHEME
+from .header import BtfHeader, order_char
+from .kinds import KINDS, Kind
 
 SECTION = '.BTF.objbtf'
 MAGIC = b'OBTF'
-VERSION = 3
+VERSION = 4
 _HEADER = struct.Struct('4sHHIIII')         # magic .. btf_size, without the byte order
+_CHECKSUM_LEN = 8                           # u32 checksum, u32 0
 _V1_HEADER = 16
+_DATASEC = int(Kind.DATASEC)
+_ENTRY_OFFSET = KINDS[Kind.DATASEC].entry_offset(0, 'offset')
+_ENTRY_LEN = KINDS[Kind.DATASEC].entry_len
+_NONZERO = re.compile(b'[^\0]')
 
 
 class Chunk:
@@ -57,9 +79,12 @@ class Chunk:
     FACT_* bits, as ``raw_facts`` in the chunk) are read only from a chunk
     this objbtf can use (``usable``); ``name`` is None for a version 1
     chunk, ``position`` is where the chunk starts in the section.
+    ``checksum`` is the one the chunk records, ``crc`` the checksum of the
+    chunk as read, to be continued over its blob (``describes``); both are
+    None for a chunk the link made itself.
     """
-    __slots__ = ('btf_size', 'count', 'facts', 'flags', 'hashes', 'name', 'offsets',
-                 'position', 'raw_facts', 'scheme', 'version')
+    __slots__ = ('btf_size', 'checksum', 'count', 'crc', 'facts', 'flags', 'hashes', 'name',
+                 'offsets', 'position', 'raw_facts', 'scheme', 'version')
 
     def __init__(self, name: str | None, version: int, scheme: int | None, position: int,
                  count: int, btf_size: int, hashes: array | None = None,
@@ -75,6 +100,8 @@ class Chunk:
         self.flags = flags
         self.raw_facts = raw_facts
         self.facts = decode_facts(raw_facts)
+        self.checksum: int | None = None
+        self.crc: int | None = None
 
     @property
     def usable(self) -> bool:
@@ -86,14 +113,36 @@ class Chunk:
         """The object has a .BTF blob (it had types)."""
         return self.btf_size > 0
 
+    @property
+    def label(self) -> str | None:
+        """The object's name for a message: escaped unless printable (a
+        corrupt chunk's name may hold any bytes)."""
+        return None if self.name is None else shown(self.name)
+
+    def describes(self, blob: bytes) -> bool:
+        """Whether the chunk is unchanged since the encoder wrote it for
+        ``blob`` (empty for an object without types), as its checksum says."""
+        return self.checksum is not None and self.checksum_with(blob) == self.checksum
+
+    def checksum_with(self, blob: bytes) -> int | None:
+        """The checksum of this chunk as read and ``blob``; None when there
+        is none (a chunk the link made) or the blob is not laid out as the
+        chunk says."""
+        if self.crc is None:
+            return None
+        try:
+            return _blob_crc(self.crc, blob, self.offsets, self.flags)
+        except (BtfError, struct.error):
+            return None
+
 
 def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes,
-                   btf_size: int, byteorder: str, facts: dict[str, int] | None = None) -> bytes:
-    """The chunk for the object ``name``; ``hashes`` and ``flags`` are indexed
-    by type id (index 0, void, is left out), ``offsets`` by id - 1; ``facts``
-    are its functions' (objbtf/functions.py)."""
+                 blob: bytes, byteorder: str, facts: dict[str, int] | None = None) -> bytes:
+    """The chunk for the object ``name`` and its .BTF ``blob``; ``hashes``
+    and ``flags`` are indexed by type id (index 0, void, is left out),
+    ``offsets`` by id - 1; ``facts`` are its functions' (objbtf/functions.py)."""
     count = len(offsets)
-    e = '<' if byteorder == 'little' else '>'
+    e = order_char(byteorder)
     raw_name = os.fsencode(name)
     h = array('Q', hashes[1:])
     o = array('I', offsets)
@@ -103,16 +152,46 @@ def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes,
     tables = h.tobytes() + o.tobytes() + bytes(flags[1:])
     raw_facts = encode_facts(facts or {})
     tail = struct.pack(e + 'I', len(raw_facts)) + raw_facts
-    size = _HEADER.size + _padded(len(raw_name)) + _padded(len(tables)) + _padded(len(tail))
+    size = (_HEADER.size + _padded(len(raw_name)) + _CHECKSUM_LEN + _padded(len(tables))
+            + _padded(len(tail)))
     header = struct.pack(e + _HEADER.format, MAGIC, VERSION, HASH_SCHEME, size,
-                         len(raw_name), count, btf_size)
-    return (header + raw_name + bytes(-len(raw_name) % 8)
-            + tables + bytes(-len(tables) % 8) + tail + bytes(-len(tail) % 8))
+                         len(raw_name), count, len(blob))
+    head = header + raw_name + bytes(-len(raw_name) % 8)
+    body = tables + bytes(-len(tables) % 8) + tail + bytes(-len(tail) % 8)
+    crc = _blob_crc(_chunk_crc(head, body), blob, offsets, flags[1:])
+    return head + struct.pack(e + 'II', crc, 0) + body
+
+
+def _chunk_crc(head: bytes, body: bytes) -> int:
+    """The checksum of a chunk's bytes, its checksum field taken as zero."""
+    return zlib.crc32(body, zlib.crc32(bytes(_CHECKSUM_LEN), zlib.crc32(head)))
+
+
+def _blob_crc(crc: int, blob: bytes, offsets: Sequence[int], flags: bytes) -> int:
+    """``crc`` continued over ``blob``, the offset field of each DATASEC entry
+    taken as zero: ld writes the variables' addresses there.  The DATASECs
+    are among the types ``flags`` marks never to merge, as every one is."""
+    if not blob:
+        return crc
+    h = BtfHeader.read(blob)
+    types_at = h.hdr_len + h.type_off
+    e = order_char(h.order)
+    pos = 0
+    for flagged in _NONZERO.finditer(flags):
+        record = types_at + offsets[flagged.start()]
+        (info,) = struct.unpack_from(e + 'I', blob, record + 4)
+        if (info >> 24) & 0x1f != _DATASEC:
+            continue
+        for j in range(info & 0xffff):
+            field = record + _ENTRY_OFFSET + _ENTRY_LEN * j
+            crc = zlib.crc32(bytes(4), zlib.crc32(blob[pos:field], crc))
+            pos = field + 4
+    return zlib.crc32(blob[pos:], crc)
 
 
 def typeless_chunk(name: str, byteorder: str) -> bytes:
     """The chunk of an object that went through objbtf without types."""
-    return encode_chunk(name, [0], [], b'\0', 0, byteorder)
+    return encode_chunk(name, [0], [], b'\0', b'', byteorder)
 
 
 def split_chunks(data: bytes, byteorder: str) -> list[Chunk]:
@@ -162,18 +241,22 @@ def _read_chunk(view: memoryview, pos: int, e: str, version: int,
     chunk = Chunk(name, version, scheme, pos, count, btf_size)
     if not chunk.usable:
         return chunk, pos + size
+    checksum_at = tables
+    tables += _CHECKSUM_LEN
     facts_at = tables + _padded(13 * count)
     facts_len = (struct.unpack_from(e + 'I', view, facts_at)[0]
                  if facts_at + 4 <= pos + size else -1)
     if pos + size != facts_at + _padded(4 + facts_len) or (count == 0) != (btf_size == 0):
-        raise BtfError(f'{SECTION}: the chunk of {name} at offset {pos} is inconsistent '
-                       f'({count} types, {btf_size} bytes of BTF, chunk size {size})')
+        raise BtfError(f'{SECTION}: the chunk of {chunk.label} at offset {pos} is '
+                       f'inconsistent ({count} types, {btf_size} bytes of BTF, chunk size {size})')
     try:
         chunk = Chunk(name, version, scheme, pos, count, btf_size,
-                        raw_facts=bytes(view[facts_at + 4:facts_at + 4 + facts_len]))
+                      raw_facts=bytes(view[facts_at + 4:facts_at + 4 + facts_len]))
     except (ValueError, UnicodeDecodeError):
-        raise BtfError(f'{SECTION}: the chunk of {name} at offset {pos} has corrupt '
+        raise BtfError(f'{SECTION}: the chunk of {chunk.label} at offset {pos} has corrupt '
                        'function facts') from None
+    chunk.checksum = struct.unpack_from(e + 'I', view, checksum_at)[0]
+    chunk.crc = _chunk_crc(view[pos:checksum_at], view[tables:pos + size])
     chunk.hashes = array('Q')
     chunk.hashes.frombytes(view[tables:tables + 8 * count])
     chunk.offsets = array('I')
@@ -187,7 +270,7 @@ def _read_chunk(view: memoryview, pos: int, e: str, version: int,
 
 def _after(before: list[Chunk]) -> str:
     """Where a broken chunk is, by the object before it."""
-    named = [c.name for c in before if c.name]
+    named = [c.label for c in before if c.name]
     return f' (after the chunk of {named[-1]})' if named else ''
 
 

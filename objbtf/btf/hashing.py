@@ -25,6 +25,7 @@ from collections.abc import Callable
 from hashlib import blake2b
 from typing import Final
 
+from .errors import BtfError
 from .kinds import (
     KINDS, Kind, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
 )
@@ -145,9 +146,15 @@ class Hasher:
 
     def run(self) -> tuple[list[int], bytearray]:
         state = self._state
-        for type_id, _ in self.btf.own():
-            if not state[type_id]:
-                self._hash(type_id)
+        try:
+            for type_id, _ in self.btf.own():
+                if not state[type_id]:
+                    self._hash(type_id)
+        except IndexError:
+            dangling = self.btf.dangling()
+            if dangling is None:
+                raise
+            raise BtfError(past_the_last(self.btf, *dangling)) from None
         return self.hashes, self.flags
 
     def _token(self, type_id: int) -> bytes:
@@ -201,3 +208,9 @@ def type_hashes(btf: Btf, kinds: KindRegistry = KINDS) -> tuple[list[int], bytea
     """(hash, flags) per type id of ``btf`` (index 0, void, is unused);
     ``kinds`` is the registry of the kinds it holds."""
     return Hasher(btf, kinds).run()
+
+
+def past_the_last(btf: Btf, type_id: int, ref: int) -> str:
+    """What to say of ``btf`` when ``type_id`` refers to ``ref`` past its
+    last type (``Btf.dangling``)."""
+    return f'type {type_id} refers to type {ref}, past the last type ({btf.next_id - 1})'

@@ -356,6 +356,16 @@ class Btf:
         """(id, type) for the types this table holds, void excluded."""
         return zip(count(self.start_id), self.types[0 if self.base is not None else 1:])
 
+    def dangling(self) -> tuple[int, int] | None:
+        """(id, reference) of the first own type that refers past the last
+        type, or None: for the error of code that indexed past the table."""
+        last = self.next_id - 1
+        for type_id, t in self.own():
+            refs = t.refs()
+            if refs and max(refs) > last:
+                return type_id, max(refs)
+        return None
+
     def __len__(self) -> int:
         """Number of types this table holds, void excluded."""
         return len(self._types) - (0 if self.base is not None else 1)

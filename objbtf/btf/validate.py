@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Final
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import BtfError
@@ -88,6 +89,24 @@ def validate(btf: Btf, linux_6_1: bool = False) -> list[Problem]:
 def first_problem(btf: Btf, linux_6_1: bool = False) -> Problem | None:
     """The first problem ``validate`` finds, or None."""
     problems = validate(btf, linux_6_1)
+    return problems[0] if problems else None
+
+
+def first_problem_among(btf: Btf, type_ids: Iterable[int],
+                        linux_6_1: bool = False) -> Problem | None:
+    """The first problem the kernel would find in the types ``type_ids`` of
+    ``btf``: their own checks, then resolving them and what they refer to,
+    in id order.  For a table most of whose types are known to be valid:
+    the link checks the types it makes or that came without a checksum, not
+    all of them.  Some checks depend on what was resolved before (a
+    DATASEC's entry sizes on its VARs, as in the kernel): give those too."""
+    checker = _Checker(btf, 'utf-8', linux_6_1)
+    ids = sorted(type_ids)
+    for type_id in ids:
+        problem = checker.meta_problem(type_id)
+        if problem:
+            return problem
+    problems = checker.check_references(ids)
     return problems[0] if problems else None
 
 
@@ -286,11 +305,26 @@ class _Loop(Exception):
         self.type_id = type_id
 
 
-def _all_types(btf: Btf) -> list[BtfType]:
+def _all_types(btf: Btf) -> list[BtfType] | _AllTypes:
     """Every type by id, base types included, void at 0."""
-    if btf.base is None:
-        return btf.types
-    return _all_types(btf.base) + btf.types
+    return btf.types if btf.base is None else _AllTypes(btf)
+
+
+class _AllTypes:
+    """The types of split BTF and its base by id, looked up in the table: a
+    base read from bytes is parsed only where the check looks (a module's
+    link checks a few types on vmlinux's tens of thousands)."""
+    __slots__ = ('btf', 'total')
+
+    def __init__(self, btf: Btf):
+        self.btf = btf
+        self.total = btf.next_id
+
+    def __getitem__(self, type_id: int) -> BtfType:
+        return self.btf[type_id]
+
+    def __len__(self) -> int:
+        return self.total
 
 
 class _Checker:
@@ -367,10 +401,16 @@ class _Checker:
                     and t.component_idx == -1 and 0 <= t.size <= _U32 and 0 <= t.kflag <= 1 \
                     and len(t.items) <= 0xffff and _composite_fine(self, t):
                 continue
-            message = _unencodable(t) or _META.get(k, _meta_not_linux)(self, t)
-            if message:
-                problems.append(self.problem(type_id, message))
+            problem = self.meta_problem(type_id)
+            if problem:
+                problems.append(problem)
         return problems
+
+    def meta_problem(self, type_id: int) -> Problem | None:
+        """What the kernel finds wrong with the type on its own, if anything."""
+        t = self.types[type_id]
+        message = _unencodable(t) or _META.get(t.kind, _meta_not_linux)(self, t)
+        return self.problem(type_id, message) if message else None
 
     def identifier(self, name: str) -> bool:
         ok = self._identifiers.get(name)
@@ -417,17 +457,19 @@ class _Checker:
 
     # -- pass 3: references (btf_check_all_types) --------------------------
 
-    def check_references(self) -> list[Problem]:
+    def check_references(self, type_ids: list[int] | None = None) -> list[Problem]:
+        """Resolve ``type_ids`` (every own type by default) and what they
+        need, and check their type tags."""
         types, state, kstart = self.types, self.state, self.kstart
         try:
-            for type_id in range(self.first, self.total):
+            for type_id in range(self.first, self.total) if type_ids is None else type_ids:
                 t = types[type_id]
                 k = t.kind
                 if k in _NEEDS_RESOLVE and type_id >= kstart and state[type_id] != _RESOLVED:
                     self.resolve(type_id)
                 if k is FUNC_PROTO:
                     self.check_func_proto(type_id, t)
-            self.check_type_tags()
+            self.check_type_tags(type_ids)
         except _Reject as r:
             return [self.problem(r.type_id, r.message)]
         return []
@@ -856,9 +898,13 @@ class _Checker:
 
     # -- pass 4: type tags first in modifier chains (btf_check_type_tags) --
 
-    def check_type_tags(self) -> None:
+    def check_type_tags(self, type_ids: Iterable[int] | None = None) -> None:
+        """Every chain of modifiers from ``type_ids`` (every own type by
+        default, which lets a chain stop at a type already checked)."""
         good_id = self.first - 1
-        for type_id in range(self.first, self.total):
+        whole = type_ids is None
+        ids = range(self.first, self.total) if type_ids is None else type_ids
+        for type_id in ids:
             t = self.types[type_id]
             if t.kind not in _MODIFIERS:
                 continue
@@ -879,7 +925,8 @@ class _Checker:
                 if target is None:
                     raise _Reject(type_id, f'modifier chain reaches missing type [{cur}]')
                 t = target
-            good_id = type_id
+            if whole:
+                good_id = type_id
 
 
 def _bits_fit(struct_size: int, bit_offset: int, nbits: int) -> str | None:

@@ -473,7 +473,18 @@ def write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
     """Write a temporary file next to ``path`` with its mode (a new file gets
     the usual 0666 less the umask), then rename it over.  A process killed
     at any point leaves either the old file or the new one, and nothing
-    that the next write in the directory does not remove."""
+    that the next write in the directory does not remove.  An OSError
+    names ``path``, whatever failed (the directory, the temporary file, a
+    write without a name: a full disk)."""
+    try:
+        _write_atomically(path, chunks)
+    except OSError as err:
+        if err.filename == path:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), path) from None
+
+
+def _write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
     path = os.path.realpath(path)
     mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~_umask()
     directory, base = os.path.split(path)
