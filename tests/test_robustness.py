@@ -246,6 +246,8 @@ def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
         line = one_line(r.stderr)
         assert obj.name in line and f'alignment 0x{align:x}' in line, line
         assert obj.read_bytes() == data
+
+
 # --- the chunk cannot lie -------------------------------------------------------
 
 def test_a_hash_copied_over_another_is_an_error_naming_the_object(tmp_path):
