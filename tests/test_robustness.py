@@ -248,6 +248,29 @@ def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
         assert obj.read_bytes() == data
 
 
+
+@pytest.mark.parametrize('table', ['.shstrtab', '.strtab'])
+def test_a_string_table_of_another_type_is_refused(tmp_path, table):
+    """libelf reads names only from a section of type SHT_STRTAB: an object
+    whose section name table had another type was encoded, and bpftool could
+    not read the result (the fuzzer, encode case 754 of seed 4); the same
+    for the symbols' string table, which ld reads."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-g')
+    with open(obj, 'rb') as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == table)
+        at = elf['e_shoff'] + elf['e_shentsize'] * index + 4              # sh_type
+    data = bytearray(obj.read_bytes())
+    data[at:at + 4] = (0xff00).to_bytes(4, 'little')
+    obj.write_bytes(data)
+    # (check and dump read no symbols)
+    for command in ('encode', 'check', 'dump') if table == '.shstrtab' else ('encode',):
+        r = objbtf(command, obj, check=False)
+        assert r.returncode == 1
+        line = one_line(r.stderr)
+        assert obj.name in line and 'type 0xff00, not SHT_STRTAB' in line, line
+        assert obj.read_bytes() == data
+
 # --- the chunk cannot lie -------------------------------------------------------
 
 def test_a_hash_copied_over_another_is_an_error_naming_the_object(tmp_path):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD,
                      ELFDATA2LSB, ELFDATA2MSB, SHF_COMPRESSED, SHN_XINDEX,
                      SHT_DYNSYM, SHT_NOBITS, SHT_NULL, SHT_REL, SHT_RELA,
-                     SHT_SYMTAB, SHT_SYMTAB_SHNDX)
+                     SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX)
 from ..files import file_identity, open_regular
 from .errors import ElfError
 
@@ -218,8 +218,11 @@ class ElfFile:
         if self._shstrndx >= len(rows):
             raise ElfError(f'bad e_shstrndx {self._shstrndx}, there are {len(rows)} sections')
         row = rows[self._shstrndx]
-        if row[1] == SHT_NOBITS:
-            raise ElfError('the section name table has no data')
+        # libelf reads names only from a string table (elf_strptr), so
+        # libbpf and bpftool could not read an object with another.
+        if row[1] != SHT_STRTAB:
+            raise ElfError(f'the section name table (section {self._shstrndx}) has type '
+                           f'0x{row[1]:x}, not SHT_STRTAB')
         table = self._raw(row[4], row[5])
         return lambda off: _cstr(table, off, 'section')
 
@@ -345,7 +348,11 @@ class ElfFile:
                       section: int | None = None) -> list[Symbol]:
         """The entries of ``symtab``; with ``stt``, only those of that type;
         with ``section``, only those defined in that section."""
-        strs = self.section_data(self._linked(symtab, 'string table'))
+        strtab = self._linked(symtab, 'string table')
+        if strtab.type != SHT_STRTAB:
+            raise ElfError(f'section {symtab.name}: its string table {strtab.name} has type '
+                           f'0x{strtab.type:x}, not SHT_STRTAB')
+        strs = self.section_data(strtab)
         rows = self.layout.sym.iter_unpack(self._raw(symtab.offset, symtab.size))
         if self.elf_class == 64:
             rows = ((n, v, sz, info, shndx) for n, info, _, shndx, v, sz in rows)
