@@ -151,10 +151,26 @@ def kbuild_6_1_s390x(tmp_path_factory):
                          fragment=FIXTURES / 'kconfig' / 'cross-small.config')
 
 
+@pytest.fixture(scope='session')
+def kbuild_6_1_lto(tmp_path_factory):
+    """Linux 6.1 with CONFIG_LTO_CLANG_THIN (LLVM=1; the small config of
+    tests/fixtures/kconfig/lto-small.config), made with OBJBTF set; only with
+    --build lto (tests marked lto: not in CI)."""
+    for tool in ('clang', 'ld.lld', 'llvm-nm', 'llvm-ar'):
+        need(tool)
+    from kbuild_tree import patched_build
+    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-lto'), '6.1', ['LLVM=1'],
+                         fragment=FIXTURES / 'kconfig' / 'lto-small.config')
+    config = (tree.build / '.config').read_text()
+    assert 'CONFIG_LTO_CLANG_THIN=y' in config, 'Kconfig did not keep CONFIG_LTO_CLANG_THIN'
+    return tree
+
+
 #: Tests that build a whole extra kernel and are not part of the default
 #: run (marker -> what it builds); each runs with ``--build MARKER``.
 OPT_IN_BUILDS = {
     's390x': 'Linux for s390x (big-endian), cross-compiled',
+    'lto': 'Linux with CONFIG_LTO_CLANG_THIN (bitcode objects: the pahole fallback)',
 }
 
 

@@ -188,6 +188,37 @@ def test_s390x_kernel_btf_is_big_endian_and_complete(kbuild_6_1_s390x, kernel_lo
         run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', ko)
 
 
+# --- CONFIG_LTO_CLANG: a real build; not in CI (--build lto) --------------------
+
+@pytest.mark.kernel
+@pytest.mark.lto
+def test_an_lto_build_makes_its_btf_with_pahole_and_says_so(kbuild_6_1_lto, kernel_loader,
+                                                             tmp_path):
+    """ThinLTO's objects are LLVM bitcode: a build given OBJBTF says once
+    that it ignores it, encodes no object, and makes the BTF of vmlinux and
+    of the modules with pahole (the stock steps), which the kernel accepts."""
+    tree = kbuild_6_1_lto
+    said = [line for line in tree.stderr.splitlines() if 'objbtf: CONFIG_LTO_CLANG' in line]
+    assert len(said) == 1, tree.stderr[-3000:]
+    assert (tree.build / 'kernel/fork.o').read_bytes()[:4] == b'BC\xc0\xde'   # bitcode
+    assert not [n for n in sections(tree.tmp_vmlinux) if n.startswith('.BTF.')]
+    vmlinux = tree.build / 'vmlinux'
+    raw = sections(vmlinux)['.BTF'][0]
+    assert objbtf('check', vmlinux).returncode == 0
+    verdict = kernel_loader(raw)
+    assert verdict.ok, verdict.log[-2000:]
+    out = tmp_path / 'pahole.btf'
+    run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust',
+        '--btf_encode_detached', out, vmlinux)
+    assert kind_counts(parse_btf(raw)) == kind_counts(parse_btf(out.read_bytes()))
+    kos = tree.modules()
+    assert len(kos) == 3
+    for ko in kos:
+        assert objbtf('check', '--base', vmlinux, ko).returncode == 0
+        run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', ko)
+        assert not [n for n in sections(ko) if n.startswith('.BTF.') or n == '.rela.BTF']
+
+
 # --- CONFIG_LTO_CLANG: the patched Makefile.lib, without a build ------------
 
 #: Includes the patched Makefile.lib as Makefile.build does, for one object.
