@@ -1,11 +1,10 @@
 """Compiles objbtf's per-object hot path with mypyc, when it can.
 
-Everything else is in pyproject.toml.  With OBJBTF_MYPYC=1 at build time,
-the modules ``objbtf.COMPILED`` names become C extensions: about 1.5x less
-CPU per encoded object (bench/RESULTS.md).  Without it (the default, until
-the whole test suite has run on compiled code in CI), without mypyc, or
-when the C compiler fails, the installation is pure Python and works the
-same (README: "Compiled modules").
+Everything else is in pyproject.toml.  At build time the modules
+``objbtf.COMPILED`` names become C extensions: about 1.5x less CPU per
+encoded object (bench/RESULTS.md).  With OBJBTF_MYPYC=0, without mypyc, or
+when mypyc or the C compiler fails, the installation is pure Python and
+works the same (README: "Compiled modules").
 """
 import os
 import re
@@ -42,7 +41,7 @@ class BuildExt(build_ext):
 
 
 def ext_modules() -> list:
-    if os.environ.get('OBJBTF_MYPYC', '0') == '0':
+    if os.environ.get('OBJBTF_MYPYC', '1') == '0':
         return []
     try:
         from mypyc.build import mypycify

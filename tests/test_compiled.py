@@ -1,7 +1,7 @@
-"""What ``OBJBTF_MYPYC=1 pip install .`` gives a user: objbtf's per-object hot
-path compiled with mypyc (setup.py), the same bytes as pure Python,
-OBJBTF_PURE=1 to run the sources instead, and never a compiled module
-shadowing an edited source; without the switch, pure Python."""
+"""What ``pip install .`` gives a user: objbtf's per-object hot path compiled
+with mypyc (setup.py), the same bytes as pure Python, OBJBTF_PURE=1 to run
+the sources instead, and never a compiled module shadowing an edited
+source; with OBJBTF_MYPYC=0, pure Python."""
 from __future__ import annotations
 
 import os
@@ -22,10 +22,12 @@ SOURCES = ('kinds.c', 'scopes.c', 'tags.c')
 
 
 def _install(dest: Path, wheels: Path, **env: str) -> Path:
-    """This checkout built into a wheel, as pip builds it for ``pip install .``,
-    and unpacked into ``dest`` (a directory to put on PYTHONPATH)."""
+    """This checkout built into a wheel, as pip builds it for ``pip install .``
+    (with ``env`` the only build switches), and unpacked into ``dest`` (a
+    directory to put on PYTHONPATH)."""
+    base = {k: v for k, v in os.environ.items() if k != 'OBJBTF_MYPYC'}
     run(sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', wheels, ROOT,
-        env={**os.environ, **env})
+        env={**base, **env})
     (wheel,) = wheels.glob('objbtf-*.whl')
     with zipfile.ZipFile(wheel) as z:
         z.extractall(dest)
@@ -34,8 +36,8 @@ def _install(dest: Path, wheels: Path, **env: str) -> Path:
 
 @pytest.fixture(scope='module')
 def compiled(tmp_path_factory) -> Path:
-    return _install(tmp_path_factory.mktemp('site'), tmp_path_factory.mktemp('wheels'),
-                    OBJBTF_MYPYC='1')
+    """pip's default build: no switch."""
+    return _install(tmp_path_factory.mktemp('site'), tmp_path_factory.mktemp('wheels'))
 
 
 def python(site: Path, code: str, **env: str) -> str:
@@ -107,7 +109,7 @@ def test_pure_switch_is_part_of_the_server_identity(compiled):
 
 
 def test_build_without_compiling(tmp_path):
-    """Without OBJBTF_MYPYC=1 (the default): a pure Python install that works the same."""
+    """With OBJBTF_MYPYC=0: a pure Python install that works the same."""
     site = _install(tmp_path / 'site', tmp_path / 'wheels', OBJBTF_MYPYC='0')
     assert not list(site.rglob('*.so'))
     assert python(site, WHICH) == f'pure Python (not compiled) {site}/objbtf/dwarf/reader.py'
