@@ -25,7 +25,7 @@ from .elf.addrtable import SECTION as ADDR_TABLE, encode_table
 from .elf.reader import ElfFile, Symbol
 from .elf.relocs import apply_relocations, arch_for
 from .elf.writer import NewSection, Reloc, rewrite_object
-from .errors import ObjbtfError
+from .errors import ObjbtfError, shown
 from .features import Features
 from .functions import (
     FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_keys,
@@ -97,9 +97,16 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     out = dedup(btf, consume=True)
     _refuse_invalid(out, source)
     offsets: list[int] = []
-    raw = encode_btf(out, offsets)
-    hashes, flags = type_hashes(out)
-    chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
+    try:
+        raw = encode_btf(out, offsets)
+        hashes, flags = type_hashes(out)
+        chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
+    except UnicodeEncodeError as err:
+        # Names are read as UTF-8, other bytes kept as surrogates: one
+        # from a damaged string table (a section's, in clang's shared one)
+        # cannot be written as BTF text.
+        raise EncodeError(f"{source} has a name that is not UTF-8: '{shown(err.object)}'") \
+            from None
     relocs, addrs = _datasec_relocs(out, placements, offsets, elf, len(raw))
     return Encoded(out, raw, chunk, relocs, addrs, n_funcs, n_vars, facts)
 

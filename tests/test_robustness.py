@@ -271,6 +271,38 @@ def test_a_string_table_of_another_type_is_refused(tmp_path, table):
         assert obj.name in line and 'type 0xff00, not SHT_STRTAB' in line, line
         assert obj.read_bytes() == data
 
+
+def test_a_name_with_a_control_character_is_escaped_in_the_one_line(tmp_path):
+    """A DWARF name holding a vertical tab (fuzz, seed 4): the kernel's rule
+    refuses it, and the message showed it raw, which split the one line."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
+    data = bytearray(obj.read_bytes())
+    at = data.index(b'\0percpu_counter\0') + 1
+    data[at + 6] = 0x0b
+    obj.write_bytes(data)
+    r = objbtf('encode', obj, check=False)
+    assert r.returncode == 1
+    line = one_line(r.stderr)
+    assert obj.name in line and "VAR 'percpu\\x0bcounter'" in line, line
+    assert obj.read_bytes() == data
+
+
+@pytest.mark.parametrize('compiler', ['gcc', 'clang'])
+def test_a_section_name_that_is_not_utf8_is_refused(tmp_path, compiler):
+    """A DATASEC takes its section's name; one that is not UTF-8 (clang keeps
+    section names in .strtab, beside the symbols') was a UnicodeEncodeError
+    (fuzz: encode case 5163 of seed 4)."""
+    obj = compile_c(compiler, C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
+    data = bytearray(obj.read_bytes())
+    at = data.index(b'.data..percpu..read_mostly\0')
+    data[at + 17] = 0xcd
+    obj.write_bytes(data)
+    r = objbtf('encode', obj, check=False)
+    assert r.returncode == 1
+    line = one_line(r.stderr)
+    assert obj.name in line and 'not UTF-8' in line and '\\udccd' in line, line
+    assert obj.read_bytes() == data
+
 # --- the chunk cannot lie -------------------------------------------------------
 
 def test_a_hash_copied_over_another_is_an_error_naming_the_object(tmp_path):

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..errors import shown
 from .errors import BtfError
 from .header import BtfHeader, header_len, magic_order
 # Kinds by their module-level names: ``Kind.X`` costs a descriptor call.
@@ -72,7 +73,7 @@ class Problem:
     def __str__(self) -> str:
         if self.type_id is None:
             return f'BTF: {self.message}'
-        return f"type [{self.type_id}] {self.kind} '{self.name or '(anon)'}': {self.message}"
+        return f"type [{self.type_id}] {self.kind} '{shown(self.name) or '(anon)'}': {self.message}"
 
 
 def validate(btf: Btf, linux_6_1: bool = False) -> list[Problem]:
