@@ -74,6 +74,10 @@ def main() -> int:
     ap.add_argument('--build', type=Path, help='kernel O= tree (default: build-kernel.sh)')
     ap.add_argument('--kernel-modules', action='store_true',
                     help='the modules-heavy configuration (build-kernel.sh --modules)')
+    ap.add_argument('--fresh', action='store_true',
+                    help="encode the compiler's own output (its command run once first) "
+                         'instead of the tree\'s object: for a tree built with OBJBTF, whose '
+                         'objects carry BTF already, which pahole -J leaves alone')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
     build = args.build or Path(subprocess.run(
@@ -94,12 +98,17 @@ def main() -> int:
             cmd = compile_command(build, obj, Path(d) / 'c.o')
             if cmd is None:
                 continue
+            source = obj
+            if args.fresh:
+                source = Path(d) / 'fresh.o'
+                subprocess.run(cmd, cwd=build, check=True)
+                shutil.copyfile(Path(d) / 'c.o', source)
             got = {}
             for tool in (TOOLS if i % 2 == 0 else TOOLS[::-1]):
                 if tool == 'compile':
                     got[tool] = timed(cmd, cwd=build)
                     continue
-                shutil.copyfile(obj, work)
+                shutil.copyfile(source, work)
                 got[tool] = timed([objbtf, 'encode', '-q', str(work)] if tool == 'objbtf' else
                                   ['pahole', '-J', '--btf_gen_floats', str(work)], env=env)
             if None in got.values():        # pahole cannot read the real-mode objects
