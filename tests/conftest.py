@@ -127,6 +127,15 @@ def kbuild_6_1_llvm(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def kbuild_6_12_llvm(tmp_path_factory):
+    """Linux 6.12, reference config, built with LLVM=1 and OBJBTF, once per run."""
+    for tool in ('clang', 'ld.lld', 'llvm-objcopy'):
+        need(tool)
+    from kbuild_tree import patched_build
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.12-llvm'), '6.12', ['LLVM=1'])
+
+
+@pytest.fixture(scope='session')
 def kbuild_6_1_arm64(tmp_path_factory):
     """Linux 6.1 for arm64, cross-compiled by Debian's aarch64 gcc with
     OBJBTF, once per run; the small config of tests/fixtures/kconfig (a

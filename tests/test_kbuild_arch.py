@@ -1,7 +1,7 @@
-"""The Kbuild integration with clang and on arm64: real Linux 6.1 builds,
-``make LLVM=1 OBJBTF=...`` (clang, ld.lld, llvm-objcopy; the reference
-config) and ``make ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- OBJBTF=...``
-(Debian's cross gcc and binutils; tests/fixtures/kconfig/cross-small.config),
+"""The Kbuild integration with clang and on arm64: real Linux builds,
+``make LLVM=1 OBJBTF=...`` of 6.1 and 6.12 (clang, ld.lld, llvm-objcopy; the
+reference config) and 6.1's ``make ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-
+OBJBTF=...`` (Debian's cross gcc and binutils; tests/fixtures/kconfig/cross-small.config),
 each once per session (conftest.py, kbuild_tree.py), checked as the gcc
 build of test_kbuild.py is: the running kernel, pahole on the same vmlinux,
 every percpu variable, the modules, a rebuild.
@@ -23,7 +23,7 @@ from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
 from test_link_kernel import percpu_symbols
 
-BUILDS = ['kbuild_6_1_llvm', 'kbuild_6_1_arm64']
+BUILDS = ['kbuild_6_1_llvm', 'kbuild_6_12_llvm', 'kbuild_6_1_arm64']
 
 
 @pytest.fixture(params=BUILDS)
@@ -115,10 +115,11 @@ def test_rebuild_after_touching_a_file_gives_the_same_btf(tree):
 
 
 @pytest.mark.kernel
-def test_clang_objects_and_vmlinux(kbuild_6_1_llvm):
+@pytest.mark.parametrize('build', ['kbuild_6_1_llvm', 'kbuild_6_12_llvm'])
+def test_clang_objects_and_vmlinux(request, build):
     """clang compiled and ld.lld linked: the objects carry .rela.BTF (x86_64),
     and the type tags clang writes (btf_type_tag, e.g. __user) reach vmlinux."""
-    tree = kbuild_6_1_llvm
+    tree = request.getfixturevalue(build)
     fork = section_names(tree.build / 'kernel/fork.o')
     assert 'clang' in fork['.comment'].decode() and '.rela.BTF' in fork
     tags = {t.name for _, t in vmlinux_btf(tree).own() if t.kind is Kind.TYPE_TAG}
