@@ -111,7 +111,7 @@ def test_string_offsets_of_a_base():
     reader = StringReader(data)
     assert [reader.find(s) for s in ('', 'abc', 'de', 'tail', 'bc')] == [0, 1, 5, None, None]
     reader.load_all()
-    assert reader[1] == reader(8) == 'abc' and reader[2] == 'bc'
+    assert reader[1] == reader[8] == 'abc' and reader[2] == 'bc'
     with pytest.raises(BtfError, match='string offset 13 outside'):
         reader[13]
     assert reader.valid_below() == 12

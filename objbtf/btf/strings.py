@@ -45,8 +45,8 @@ class StringTable(dict):
 class StringReader(dict):
     """Resolves name offsets of a string section (split: after the base's).
 
-    A dict from offset to string, filled on first use: ``reader[off]`` (or
-    ``reader(off)``) is a plain dict lookup for an offset seen before.
+    A dict from offset to string, filled on first use: ``reader[off]`` is a
+    plain dict lookup for an offset seen before.
     """
     __slots__ = ('_ascii', '_firsts', 'base', 'data', 'end', 'start')
 
@@ -71,8 +71,6 @@ class StringReader(dict):
             s = self.data[pos:end].decode('utf-8', 'replace')
         self[off] = s
         return s
-
-    __call__ = dict.__getitem__
 
     def load_all(self) -> None:
         """Read every whole string of the section at once, much cheaper than
