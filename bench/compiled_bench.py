@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Encode CPU with the mypyc-compiled modules against pure Python, in turns.
+"""Encode CPU with the mypyc-compiled modules against pure Python, in turns;
+and the share of it that the kernel-rule check takes (encode checks every
+object's BTF before writing it: the robustness issue asks what that costs).
 
 objbtf is installed as a user installs it (a wheel built from this checkout,
 compiled by setup.py); the pure variant is the same install with
@@ -29,22 +31,28 @@ from kernel_tree import objects  # noqa: E402
 from results import record  # noqa: E402
 from trust import paired_ratio  # noqa: E402
 
-#: One run: encode copies of argv's objects, print the CPU seconds it took
-#: and which modules ran.
+#: One run: encode copies of argv's objects, print the CPU seconds it took,
+#: those of the kernel-rule check within it, and which modules ran.
 RUN = '''
 import shutil, sys, time
 from pathlib import Path
-import objbtf
+import objbtf, objbtf.encoder
 from objbtf.encode_file import encode_path
 from objbtf.features import Features
-work, cpu = Path(sys.argv[1]), 0.0
+work, cpu, check = Path(sys.argv[1]), 0.0, [0.0]
+refuse_invalid = objbtf.encoder._refuse_invalid
+def timed_check(btf, source):
+    start = time.process_time()
+    refuse_invalid(btf, source)
+    check[0] += time.process_time() - start
+objbtf.encoder._refuse_invalid = timed_check
 for i, obj in enumerate(sys.argv[2:]):
     copy = work / f"{i}.o"
     shutil.copyfile(obj, copy)
     start = time.process_time()
     encode_path(str(copy), Features())
     cpu += time.process_time() - start
-print(cpu, objbtf.implementation())
+print(cpu, check[0], objbtf.implementation())
 '''
 VARIANTS = {'pure': {'OBJBTF_PURE': '1'}, 'compiled': {'OBJBTF_PURE': '0'}}
 #: What objbtf.implementation() must say in each variant.
@@ -52,8 +60,8 @@ EXPECTED = {'pure': 'pure Python (OBJBTF_PURE)', 'compiled': 'compiled (mypyc)'}
 
 
 def install(dest: Path) -> Path:
-    """This checkout as ``OBJBTF_MYPYC=1 pip install .`` builds it, unpacked
-    into ``dest``."""
+    """This checkout as ``pip install .`` builds it (compiled), unpacked into
+    ``dest``."""
     wheels = dest / 'wheels'
     subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', str(wheels),
                     str(HERE.parent)], check=True, env={**os.environ, 'OBJBTF_MYPYC': '1'})
@@ -70,7 +78,7 @@ def run(site: Path, variant: str, objs: list[str], work: Path,
     # From ``work``: python -c puts its directory first on sys.path.
     r = subprocess.run([*prefix, sys.executable, '-c', RUN, str(work), *objs], env=env,
                        cwd=work, check=True, capture_output=True, text=True)
-    ran = r.stdout.split(' ', 1)[1].strip()
+    ran = r.stdout.split(' ', 2)[2].strip()
     if ran != EXPECTED[variant]:
         sys.exit(f'{variant} run ran {ran}')
     return r
@@ -95,6 +103,7 @@ def main() -> int:
     args = ap.parse_args()
     objs = [str(p) for p in objects(args.build)[::args.every]]
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    check: dict[str, list[float]] = {v: [] for v in VARIANTS}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         site = install(Path(d))
@@ -102,7 +111,9 @@ def main() -> int:
         work.mkdir()
         for i in range(args.rounds):
             for variant in (VARIANTS if i % 2 == 0 else reversed(VARIANTS)):
-                cpu[variant].append(float(run(site, variant, objs, work).stdout.split()[0]))
+                total, checking = run(site, variant, objs, work).stdout.split()[:2]
+                cpu[variant].append(float(total))
+                check[variant].append(float(checking))
         counts = ({v: instructions(site, v, objs, work) for v in VARIANTS}
                   if args.instructions else {})
     ratio = paired_ratio(cpu['pure'], cpu['compiled'])
@@ -113,6 +124,10 @@ def main() -> int:
                      f'({1000 * statistics.median(cpu[v]) / len(objs):.0f} ms per object; '
                      f'runs {", ".join(f"{c:.2f}" for c in cpu[v])})')
     lines.append(f'compiled / pure CPU: {ratio}')
+    for v in VARIANTS:
+        share = statistics.median(c / t for c, t in zip(check[v], cpu[v]))
+        lines.append(f'{v}: the kernel-rule check {1000 * statistics.median(check[v]) / len(objs):.1f} '
+                     f'ms per object, {share:.3f} of the encode CPU')
     if counts:
         lines.append(f'instructions: pure {counts["pure"] / 1e9:.2f} G, compiled '
                      f'{counts["compiled"] / 1e9:.2f} G, pure / compiled '
