@@ -244,6 +244,8 @@ def run(opts, work: Path, records: Path) -> dict:
         command = subprocess.run([objbtf, 'server', 'command'], check=True, capture_output=True,
                                  text=True, env=env).stdout.strip()
     variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), command)
+    if opts.without:
+        variants = {name: args for name, args in variants.items() if name not in opts.without}
     src = source_tree(work, integration)
     check_variables(src, variants)
     objbtf_cmd = [objbtf] if resident else None
@@ -418,6 +420,9 @@ def main() -> int:
     ap.add_argument('--variant', action='append', default=[], metavar="'NAME=MAKE ARGS'",
                     help='another variant ({objbtf} is the objbtf under test)')
     ap.add_argument('--gbtf', action='store_true', help=f"add the DWARF-less build: --variant '{GBTF}'")
+    ap.add_argument('--without', action='append', default=[], choices=['objbtf'],
+                    help='leave a default variant out (e.g. --gbtf --without objbtf: the '
+                         'DWARF-less build against the stock one alone, in half the time)')
     ap.add_argument('--objbtf-tree', type=Path, default=HERE.parent,
                     help='checkout whose objbtf and kbuild-integration are measured (default: this one)')
     ap.add_argument('--work', type=Path, default=Path('/var/tmp/kbuild-bench'),
