@@ -410,8 +410,10 @@ def judge(command: str, target: Path, out: Path, before: bytes,
 
 def fuzz(seeds: list[Seed], cases: int, seed: int, work: Path,
          commands: tuple[str, ...] = COMMANDS,
-         progress: Callable[[int], None] | None = None) -> Iterator[Finding]:
-    """Run ``cases`` cases per command; yield each finding."""
+         progress: Callable[[int], None] | None = None,
+         save: Path | None = None) -> Iterator[Finding]:
+    """Run ``cases`` cases per command; yield each finding, whose input is
+    written to ``save`` (if given) as COMMAND-CASE-SEED."""
     rng = random.Random(seed)
     for command in commands:
         pool = [s for s in seeds if s.kind in TAKES[command]]
@@ -432,6 +434,8 @@ def fuzz(seeds: list[Seed], cases: int, seed: int, work: Path,
             code, stderr = run_case(_command_line(command, target.name, out.name), work)
             verdict = judge(command, target, out, data, code, stderr, trusted)
             if verdict is not None:
+                if save is not None:
+                    (save / f'{command}-{case}-{s.name}').write_bytes(data)
                 yield Finding(case, command, s.name + (' (re-signed)' if trusted else ''),
                               *verdict)
             target.unlink(missing_ok=True)
@@ -445,14 +449,27 @@ def main() -> int:
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--command', choices=COMMANDS, action='append')
     parser.add_argument('--keep', action='store_true', help='keep the work directory')
+    parser.add_argument('--work', type=Path, metavar='DIR',
+                        help='work in DIR, created (default: a new temporary directory). '
+                             'The compilers record it and the current directory in the '
+                             'corpus, so a seed gives the same cases again only from the same '
+                             'checkout and directory, in a work directory of the same name')
+    parser.add_argument('--save', type=Path, metavar='DIR',
+                        help="write each finding's input to DIR (COMMAND-CASE-SEED), to run "
+                             'the command on it again')
     parser.add_argument('-v', '--verbose', action='store_true',
                         help='print each finding\'s whole detail (the traceback)')
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    work = Path(tempfile.mkdtemp(prefix='objbtf-fuzz-'))
+    if args.work:
+        args.work.mkdir(parents=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix='objbtf-fuzz-'))
     seeds = build_corpus(work)
     findings = 0
-    for f in fuzz(seeds, args.cases, args.seed, work, tuple(args.command or COMMANDS)):
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
+    for f in fuzz(seeds, args.cases, args.seed, work, tuple(args.command or COMMANDS),
+                  save=args.save):
         findings += 1
         detail = f.detail.strip()
         print(f'[{f.command} case {f.case} seed {f.seed}] {f.problem}: '

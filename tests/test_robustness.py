@@ -303,6 +303,30 @@ def test_a_section_name_that_is_not_utf8_is_refused(tmp_path, compiler):
     assert obj.name in line and 'not UTF-8' in line and '\\udccd' in line, line
     assert obj.read_bytes() == data
 
+
+def test_two_sections_named_btf_are_refused(tmp_path):
+    """An encoded object whose .rela.BTF.addrs name lost its tail left two
+    sections named .BTF: encode replaced the first, libbpf reads the last,
+    and bpftool could not read the result (fuzz: encode case 3869 of seed 6,
+    an s390x object).  Here .comment is renamed .BTF the same way."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
+    objbtf('encode', obj)
+    with open(obj, 'rb') as f:
+        elf = ELFFile(f)
+        secs = list(elf.iter_sections())
+        comment = next(i for i, sec in enumerate(secs) if sec.name == '.comment')
+        btf = next(i for i, sec in enumerate(secs) if sec.name == '.BTF')
+        at = elf['e_shoff'] + elf['e_shentsize'] * comment                 # sh_name
+        name = secs[btf]['sh_name']
+    data = bytearray(obj.read_bytes())
+    data[at:at + 4] = name.to_bytes(4, 'little')
+    obj.write_bytes(data)
+    r = objbtf('encode', obj, check=False)
+    assert r.returncode == 1
+    line = one_line(r.stderr)
+    assert obj.name in line and f'sections {comment} and {btf} are both named .BTF' in line, line
+    assert obj.read_bytes() == data
+
 # --- the chunk cannot lie -------------------------------------------------------
 
 def test_a_hash_copied_over_another_is_an_error_naming_the_object(tmp_path):

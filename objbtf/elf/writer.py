@@ -144,6 +144,7 @@ def rewrite_object(path: str, elf: ElfFile, sections: Sequence[NewSection],
     names = [s.name for s in sections]
     if len(set(names)) != len(names):
         raise ElfError('the same section is given twice')
+    _check_unambiguous(elf, [*names, *(f'{r}{t}' for t in relocs for r in ('.rela', '.rel'))])
     for new in sections:
         _check_new(elf, new)
         hdr = plan.put(new.name, bytes(new.data))
@@ -166,6 +167,20 @@ def _check_rewritable(path: str, elf: ElfFile) -> None:
     st = os.stat(path)
     if st.st_size != len(elf.data) or elf.identity not in (None, file_identity(st)):
         raise FileChanged('the file changed since it was read')
+
+
+def _check_unambiguous(elf: ElfFile, names: list[str]) -> None:
+    """ElfError if the object has two sections of a name to be written: which
+    one is the section to replace is then anyone's guess (libbpf reads the
+    last .BTF, a rewrite would replace the first)."""
+    wanted = set(names)
+    found: dict[str, list[int]] = {}
+    for sec in elf.sections:
+        if sec.name in wanted:
+            found.setdefault(sec.name, []).append(sec.index)
+    for name, indexes in found.items():
+        if len(indexes) > 1:
+            raise ElfError(f'sections {" and ".join(map(str, indexes))} are both named {name}')
 
 
 def _check_new(elf: ElfFile, new: NewSection) -> None:
