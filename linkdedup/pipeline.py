@@ -357,7 +357,13 @@ def encode_pass(state: LinkState) -> None:
     split off (``split_vars``); with ``--cache`` kept for the next link."""
     state.progress.step('emit')
     offsets: list[int] = []
-    state.raw = encode_btf(state.final, offsets)
+    try:
+        state.raw = encode_btf(state.final, offsets)
+    except UnicodeEncodeError as err:
+        # As encode: a name read from damaged bytes (here a section's, or a
+        # blob's that a re-signed chunk vouched for) cannot be BTF text.
+        raise LinkError(f"{state.path}: a name that is not UTF-8: '{shown(err.object)}'") \
+            from None
     if state.split_vars is not None:
         if state.base is not None:
             raise LinkError(f'{state.path}: --split-vars is for vmlinux, not for a module')

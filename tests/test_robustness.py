@@ -746,6 +746,17 @@ def test_an_absurd_section_alignment_in_a_linked_input_is_refused(tmp_path, alig
         assert linked.read_bytes() == before
 
 
+def test_link_refuses_a_section_name_that_is_not_utf8(tmp_path):
+    """The DATASEC takes its output section's name: one that is not UTF-8
+    was a UnicodeEncodeError when the BTF was written (fuzz: link case 4350
+    of seed 6, compiled)."""
+    linked = linked_fixture(tmp_path)
+    data = linked.read_bytes()
+    at = data.rindex(b'\0.data..percpu\0') + 1
+    patch(linked, at + 5, b'\xf0')
+    link_fails(tmp_path, linked, 'not UTF-8', "'.data\\udcf0.percpu'")
+
+
 def test_link_refuses_a_datasec_the_kernel_would_not_take(tmp_path):
     """The DATASEC takes its output section's name: one that is not
     printable text (a damaged section name table) is refused on one line,
