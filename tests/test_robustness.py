@@ -41,6 +41,36 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+def patch(path: Path, offset: int, data: bytes) -> None:
+    with open(path, 'r+b') as f:
+        f.seek(offset)
+        f.write(data)
+
+
+#: Offsets of fields in an ELF64 section header.
+SH_NAME, SH_TYPE, SH_SIZE, SH_ADDRALIGN = 0, 4, 32, 48
+
+
+def header_field(path: Path, section: str, field: int) -> int:
+    """Where in ``path`` the field at ``field`` of ``section``'s header is."""
+    with open(path, 'rb') as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == section)
+        return elf['e_shoff'] + elf['e_shentsize'] * index + field
+
+
+def refused(obj: Path, commands: tuple[str, ...], *says: str) -> None:
+    """Each command on ``obj``: exit 1, one line naming it and saying
+    ``says``, the input as it was."""
+    before = obj.read_bytes()
+    for command in commands:
+        r = objbtf(command, obj, check=False)
+        assert r.returncode == 1
+        line = one_line(r.stderr)
+        assert obj.name in line and all(x in line for x in says), line
+        assert obj.read_bytes() == before
+
+
 # --- inputs that are not regular files ---------------------------------------
 
 @pytest.fixture
@@ -233,20 +263,8 @@ def test_an_absurd_section_alignment_is_refused_at_once(tmp_path, align):
     2 GB (the fuzzer's MemoryError or hang).  libelf refuses an alignment
     that is not a power of two; objbtf also one above 16 MiB."""
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-g')
-    with open(obj, 'rb') as f:
-        elf = ELFFile(f)
-        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data')
-        at = elf['e_shoff'] + elf['e_shentsize'] * index + 48           # sh_addralign
-    data = bytearray(obj.read_bytes())
-    data[at:at + 8] = align.to_bytes(8, 'little')
-    obj.write_bytes(data)
-    for command in ('encode', 'check', 'dump'):
-        r = objbtf(command, obj, check=False)
-        assert r.returncode == 1
-        line = one_line(r.stderr)
-        assert obj.name in line and f'alignment 0x{align:x}' in line, line
-        assert obj.read_bytes() == data
-
+    patch(obj, header_field(obj, '.data', SH_ADDRALIGN), align.to_bytes(8, 'little'))
+    refused(obj, ('encode', 'check', 'dump'), f'alignment 0x{align:x}')
 
 
 @pytest.mark.parametrize('table', ['.shstrtab', '.strtab'])
@@ -256,35 +274,18 @@ def test_a_string_table_of_another_type_is_refused(tmp_path, table):
     not read the result (the fuzzer, encode case 754 of seed 4); the same
     for the symbols' string table, which ld reads."""
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-g')
-    with open(obj, 'rb') as f:
-        elf = ELFFile(f)
-        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == table)
-        at = elf['e_shoff'] + elf['e_shentsize'] * index + 4              # sh_type
-    data = bytearray(obj.read_bytes())
-    data[at:at + 4] = (0xff00).to_bytes(4, 'little')
-    obj.write_bytes(data)
+    patch(obj, header_field(obj, table, SH_TYPE), (0xff00).to_bytes(4, 'little'))
     # (check and dump read no symbols)
-    for command in ('encode', 'check', 'dump') if table == '.shstrtab' else ('encode',):
-        r = objbtf(command, obj, check=False)
-        assert r.returncode == 1
-        line = one_line(r.stderr)
-        assert obj.name in line and 'type 0xff00, not SHT_STRTAB' in line, line
-        assert obj.read_bytes() == data
+    refused(obj, ('encode', 'check', 'dump') if table == '.shstrtab' else ('encode',),
+            'type 0xff00, not SHT_STRTAB')
 
 
 def test_a_name_with_a_control_character_is_escaped_in_the_one_line(tmp_path):
     """A DWARF name holding a vertical tab (fuzz, seed 4): the kernel's rule
     refuses it, and the message showed it raw, which split the one line."""
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
-    data = bytearray(obj.read_bytes())
-    at = data.index(b'\0percpu_counter\0') + 1
-    data[at + 6] = 0x0b
-    obj.write_bytes(data)
-    r = objbtf('encode', obj, check=False)
-    assert r.returncode == 1
-    line = one_line(r.stderr)
-    assert obj.name in line and "VAR 'percpu\\x0bcounter'" in line, line
-    assert obj.read_bytes() == data
+    patch(obj, obj.read_bytes().index(b'\0percpu_counter\0') + 7, b'\x0b')
+    refused(obj, ('encode',), "VAR 'percpu\\x0bcounter'")
 
 
 @pytest.mark.parametrize('compiler', ['gcc', 'clang'])
@@ -293,15 +294,8 @@ def test_a_section_name_that_is_not_utf8_is_refused(tmp_path, compiler):
     section names in .strtab, beside the symbols') was a UnicodeEncodeError
     (fuzz: encode case 5163 of seed 4)."""
     obj = compile_c(compiler, C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
-    data = bytearray(obj.read_bytes())
-    at = data.index(b'.data..percpu..read_mostly\0')
-    data[at + 17] = 0xcd
-    obj.write_bytes(data)
-    r = objbtf('encode', obj, check=False)
-    assert r.returncode == 1
-    line = one_line(r.stderr)
-    assert obj.name in line and 'not UTF-8' in line and '\\udccd' in line, line
-    assert obj.read_bytes() == data
+    patch(obj, obj.read_bytes().index(b'.data..percpu..read_mostly\0') + 17, b'\xcd')
+    refused(obj, ('encode',), 'not UTF-8', '\\udccd')
 
 
 def test_two_sections_named_btf_are_refused(tmp_path):
@@ -312,20 +306,12 @@ def test_two_sections_named_btf_are_refused(tmp_path):
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
     objbtf('encode', obj)
     with open(obj, 'rb') as f:
-        elf = ELFFile(f)
-        secs = list(elf.iter_sections())
-        comment = next(i for i, sec in enumerate(secs) if sec.name == '.comment')
-        btf = next(i for i, sec in enumerate(secs) if sec.name == '.BTF')
-        at = elf['e_shoff'] + elf['e_shentsize'] * comment                 # sh_name
-        name = secs[btf]['sh_name']
-    data = bytearray(obj.read_bytes())
-    data[at:at + 4] = name.to_bytes(4, 'little')
-    obj.write_bytes(data)
-    r = objbtf('encode', obj, check=False)
-    assert r.returncode == 1
-    line = one_line(r.stderr)
-    assert obj.name in line and f'sections {comment} and {btf} are both named .BTF' in line, line
-    assert obj.read_bytes() == data
+        secs = [sec.name for sec in ELFFile(f).iter_sections()]
+    comment, btf = secs.index('.comment'), secs.index('.BTF')
+    name = obj.read_bytes()[header_field(obj, '.BTF', SH_NAME):][:4]
+    patch(obj, header_field(obj, '.comment', SH_NAME), name)
+    refused(obj, ('encode',), f'sections {comment} and {btf} are both named .BTF')
+
 
 # --- the chunk cannot lie -------------------------------------------------------
 
@@ -377,12 +363,6 @@ def linked_fixture(tmp_path: Path, executable: bool = False) -> Path:
     flags = ['-e', '0', '--unresolved-symbols=ignore-all'] if executable else ['-r']
     run('ld', *flags, '-o', out, *objs)
     return out
-
-
-def patch(path: Path, offset: int, data: bytes) -> None:
-    with open(path, 'r+b') as f:
-        f.seek(offset)
-        f.write(data)
 
 
 def blob_types(path: Path, index: int) -> list[tuple[int, object]]:
@@ -530,11 +510,7 @@ def test_link_refuses_a_section_too_small_for_its_variables(tmp_path):
     """The DATASEC entry past its section of the issue: here the output
     section shrunk under its variables."""
     linked = linked_fixture(tmp_path)
-    with open(linked, 'rb') as f:
-        elf = ELFFile(f)
-        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data..percpu')
-        at = elf['e_shoff'] + elf['e_shentsize'] * index + 32           # sh_size
-    patch(linked, at, (4).to_bytes(8, 'little'))
+    patch(linked, header_field(linked, '.data..percpu', SH_SIZE), (4).to_bytes(8, 'little'))
     link_fails(tmp_path, linked, 'lies outside the section (4 bytes)')
 
 
@@ -732,11 +708,7 @@ def test_an_absurd_section_alignment_in_a_linked_input_is_refused(tmp_path, alig
     link's output to 2 GB (a hang in the fuzzer).  libelf refuses an
     alignment that is not a power of two; objbtf also one above 16 MiB."""
     linked = linked_fixture(tmp_path)
-    with open(linked, 'rb') as f:
-        elf = ELFFile(f)
-        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == '.data..percpu')
-        at = elf['e_shoff'] + elf['e_shentsize'] * index + 48           # sh_addralign
-    patch(linked, at, align.to_bytes(8, 'little'))
+    patch(linked, header_field(linked, '.data..percpu', SH_ADDRALIGN), align.to_bytes(8, 'little'))
     before = linked.read_bytes()
     for args in (['link', '-q', linked.name], ['encode', '-q', linked.name]):
         r = objbtf(*args, cwd=tmp_path, check=False)
