@@ -1,10 +1,13 @@
-"""Compiles objbtf's per-object hot path with mypyc, when it can.
+"""Compiles objbtf's per-object hot path with mypyc, when it can, and the
+resident server's client in C.
 
 Everything else is in pyproject.toml.  At build time the modules
 ``objbtf.COMPILED`` names become C extensions: about 1.5x less CPU per
 encoded object (bench/RESULTS.md).  With OBJBTF_MYPYC=0, without mypyc, or
 when mypyc or the C compiler fails, the installation is pure Python and
-works the same (README: "Compiled modules").
+works the same (README: "Compiled modules").  objbtf/objbtf-client is built
+from objbtf/client.c (objbtf/native_client.py); without a C compiler objbtf
+uses its Python client.
 """
 import os
 import re
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 COMPILED = re.search(r'^COMPILED = \(([^)]*)\)', (HERE / 'objbtf' / '__init__.py').read_text(),
@@ -40,6 +44,24 @@ class BuildExt(build_ext):
                 p.unlink(missing_ok=True)
 
 
+class BuildPy(build_py):
+    """Also builds objbtf-client: beside the sources for an editable
+    install, else with the package's other files."""
+
+    def run(self) -> None:
+        super().run()
+        sys.path.insert(0, str(HERE / 'objbtf'))
+        import native_client
+        dest = HERE / 'objbtf' if getattr(self, 'editable_mode', False) \
+            else Path(self.build_lib) / 'objbtf'
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            native_client.build(dest)
+        except Exception as err:        # no C compiler: the Python client serves
+            print(f'objbtf: cannot build objbtf-client ({err}); '
+                  'objbtf server command will print the Python client', file=sys.stderr)
+
+
 def ext_modules() -> list:
     if os.environ.get('OBJBTF_MYPYC', '1') == '0':
         return []
@@ -61,4 +83,4 @@ def ext_modules() -> list:
         return []
 
 
-setup(ext_modules=ext_modules(), cmdclass={'build_ext': BuildExt})
+setup(ext_modules=ext_modules(), cmdclass={'build_ext': BuildExt, 'build_py': BuildPy})

@@ -7,9 +7,13 @@ measures the CPU time (user + system, children included) of:
   - the compiler, re-running the object's own saved Kbuild command (gcc only,
     objtool excluded) with its output sent to a temporary file;
   - ``objbtf encode`` as Kbuild would run it: one command per object, from a
-    plain install in bench/.venv; with a resident server, the CPU of the
-    server's work for it counts too (accounting.py: the server is reparented
-    to this process, and its tree's CPU is read before and after);
+    plain install in bench/.venv, through the client ``objbtf server
+    command`` prints (the one kbuild-integration/README.md recommends; the
+    C client when it is built), or with ``--client installed`` the
+    ``objbtf`` script (what plain OBJBTF=objbtf runs); with a resident
+    server, the CPU of the server's work for it counts too (accounting.py:
+    the server is reparented to this process, and its tree's CPU is read
+    before and after);
   - ``pahole -J`` on the same object.
 The three take turns object by object, in the reverse order on every other
 object.  It prints the ratios, over all objects and the median of the
@@ -78,6 +82,9 @@ def main() -> int:
                     help="encode the compiler's own output (its command run once first) "
                          'instead of the tree\'s object: for a tree built with OBJBTF, whose '
                          'objects carry BTF already, which pahole -J leaves alone')
+    ap.add_argument('--client', choices=('quick', 'installed'), default='quick',
+                    help="quick: the command line 'objbtf server command' prints (default); "
+                         "installed: the objbtf script")
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
     build = args.build or Path(subprocess.run(
@@ -93,6 +100,9 @@ def main() -> int:
         log = Path(d) / 'server.log'
         env = clean_env(OBJBTF_SERVER_LOG=str(log))
         subprocess.run([objbtf, '--help'], env=env, stdout=subprocess.DEVNULL, check=True)
+        client = [objbtf] if args.client == 'installed' else shlex.split(subprocess.run(
+            [objbtf, 'server', 'command'], env=env, check=True, capture_output=True,
+            text=True).stdout)
         for i, obj in enumerate(objs):
             work = Path(d) / 'o.o'
             cmd = compile_command(build, obj, Path(d) / 'c.o')
@@ -109,7 +119,7 @@ def main() -> int:
                     got[tool] = timed(cmd, cwd=build)
                     continue
                 shutil.copyfile(source, work)
-                got[tool] = timed([objbtf, 'encode', '-q', str(work)] if tool == 'objbtf' else
+                got[tool] = timed([*client, 'encode', '-q', str(work)] if tool == 'objbtf' else
                                   ['pahole', '-J', '--btf_gen_floats', str(work)], env=env)
             if None in got.values():        # pahole cannot read the real-mode objects
                 skipped += 1
@@ -125,7 +135,8 @@ def main() -> int:
         idle = tree_cpu() - before - servers.stop_cpu     # the server's, after the last object
     if sys.stderr.isatty():
         print(file=sys.stderr)
-    report = summary(cpu, skipped, args.every, time.time() - start, idle, servers.as_dict())
+    report = f'objbtf client: {shlex.join(client)}\n' + summary(
+        cpu, skipped, args.every, time.time() - start, idle, servers.as_dict())
     report += f'\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end'
 
     print(report)

@@ -273,11 +273,15 @@ def stop() -> None:
 
 @server.command()
 def command() -> None:
-    """Print the quickest command line that runs objbtf through the server:
-    the interpreter without site (-S) on the bare client, for OBJBTF=."""
+    """Print the quickest command line that runs objbtf through the server,
+    for OBJBTF=: the client in C (objbtf-client, built at install), else
+    the interpreter without site (-S) on the bare Python client."""
     import shlex
     from .client import ROOT
-    click.echo(shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))
+    from .native_client import program
+    native = program()
+    click.echo(shlex.quote(str(native)) if native is not None
+               else shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))
 
 
 @main.command()

@@ -16,9 +16,14 @@ after the working directory and a digest of objbtf's code and the
 interpreter, so a changed objbtf gets a new server and never an old one.
 
 Imports only built-in modules (posix, _socket, marshal, _blake2): ``import
-os`` alone costs 6 ms here.  Started as ``python3 -S .../objbtf/bare.py``
-(what ``objbtf server command`` prints) it also skips site, which costs 10 to
-40 ms with a few .pth files installed.
+os`` alone costs 6 ms here.  Started as ``python3 -S .../objbtf/bare.py`` it
+also skips site, which costs 10 to 40 ms with a few .pth files installed.
+The quickest client is ``objbtf/objbtf-client``, this one in C (client.c,
+built at install: native_client.py), what ``objbtf server command`` prints
+when it is there: it finds the same socket and sends the same request, and
+hands every case it does not serve to this one.  What the two share is
+written so that C can write it too: the digests hash plain text, the request
+is a marshal of bytes and ints, the replies are fixed bytes (``REPLY_*``).
 """
 import marshal
 import posix
@@ -29,7 +34,13 @@ from _blake2 import blake2b
 #: The commands the server runs: the ones ``options.parse_fast`` reads.
 SERVED = ('encode', 'cc', 'link')
 #: Bumped whenever a message changes; part of the code digest anyway.
-PROTOCOL = 1
+PROTOCOL = 2
+#: The server's replies to a command: it runs, run it in the client, its exit
+#: status (REPLY_EXIT and the status, 4 bytes little-endian, signed).
+REPLY_OK = b'ok'
+REPLY_FALLBACK = b'fallback'
+REPLY_EXIT = b'exit'
+
 #: Largest message (the environment is most of it).
 MAX_MESSAGE = 1 << 20
 #: Longest socket path AF_UNIX takes (sun_path is 108 bytes with its NUL).
@@ -87,8 +98,9 @@ def code_digest(root: str = ROOT) -> str:
     client computes it on every call (0.25 to 1.3 ms)."""
     h = blake2b(digest_size=8)
     # OBJBTF_PURE picks the compiled modules' sources (objbtf/__init__.py).
-    h.update(marshal.dumps((PROTOCOL, sys.executable, sys.version, root,
-                            posix.environ.get(b'OBJBTF_PURE', b'0') != b'0')))
+    pure = int(posix.environ.get(b'OBJBTF_PURE', b'0') != b'0')
+    h.update(f'{PROTOCOL}\0{sys.executable}\0{sys.version}\0{root}\0{pure}\n'
+             .encode(errors='surrogateescape'))
     stack = [f'{root}/{p}' for p in PACKAGES]
     while stack:
         directory = stack.pop()
@@ -104,15 +116,17 @@ def code_digest(root: str = ROOT) -> str:
                 stack.append(e.path)
                 continue
             st = e.stat()
-            h.update(marshal.dumps((e.path, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)))
+            h.update(f'{e.path}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n'
+                     .encode(errors='surrogateescape'))
     return h.hexdigest()
 
 
 def tree_digest(cwd: str) -> str:
     """The tree, and the groups this user works with in it (the server runs
     commands with the groups of the client that started it)."""
-    key = (cwd, posix.getegid(), sorted(posix.getgroups()))
-    return blake2b(marshal.dumps(key), digest_size=8).hexdigest()
+    groups = ','.join(map(str, sorted(posix.getgroups())))
+    key = f'{cwd}\0{posix.getegid()}\0{groups}'.encode(errors='surrogateescape')
+    return blake2b(key, digest_size=8).hexdigest()
 
 
 def socket_path(runtime: str, cwd: str, code: str) -> str:
@@ -164,7 +178,8 @@ def _request(path: str, argv: list[str]):
     try:
         umask = posix.umask(0o022)
         posix.umask(umask)
-        message = marshal.dumps((PROTOCOL, 'run', ['objbtf', *argv], dict(posix.environ), umask,
+        args = [a.encode(errors='surrogateescape') for a in ('objbtf', *argv)]
+        message = marshal.dumps((PROTOCOL, 'run', args, dict(posix.environ), umask,
                                  sorted(posix.sched_getaffinity(0)),
                                  posix.getpriority(posix.PRIO_PROCESS, 0)))
         cwd = posix.open('.', posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
@@ -183,27 +198,27 @@ def _request(path: str, argv: list[str]):
             reply = _receive(sock)
             if reply is None:
                 return _NOT_SERVED           # never started: the server went away
-            if reply[0] == 'fallback':
+            if reply == REPLY_FALLBACK:
                 return None
             done = _receive(sock)
         finally:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-        if done is None or done[0] != 'exit':
+        if done is None or len(done) != 8 or not done.startswith(REPLY_EXIT):
             print(f'objbtf: {argv[0]}: the resident server\'s process for this command '
                   'ended without an exit status', file=sys.stderr)
             return 1
-        return done[1]
+        return int.from_bytes(done[4:], 'little', signed=True)
     finally:
         sock.close()
 
 
-def _receive(sock):
+def _receive(sock) -> bytes | None:
     """One message, or None at the end of the connection."""
     try:
         data = sock.recv(MAX_MESSAGE)
     except OSError:
         return None
-    return marshal.loads(data) if data else None
+    return data or None
 
 
 def control(kind: str) -> list[dict]:
@@ -228,7 +243,7 @@ def control(kind: str) -> list[dict]:
         finally:
             sock.close()
         if reply is not None:
-            answers.append(reply[1])
+            answers.append(marshal.loads(reply)[1])
     return answers
 
 

@@ -2,13 +2,20 @@
 
 Started by the first client that finds none (``client._spawn``), in a session
 of its own with stdio on /dev/null.  It listens on its socket, imports the
-encoder and the link once, and forks a child per command: the child takes
-the client's stdin, stdout, stderr and working directory (passed as file
-descriptors), environment, umask, CPU affinity and niceness, runs the command
-as ``entry.in_process`` would (the same table-driven parse and ``dispatch``;
-what needs click goes back to the client, to run in process) and sends the
-exit status.  If the client goes away, its child is interrupted as a killed
-command would be (atomic writes leave no half-written file).
+encoder and the link once, and hands each command to a worker: a process
+forked from it that serves one command after another (``WORKER_REQUESTS``
+of them, at most one per CPU at a time).  The worker takes the client's
+stdin, stdout, stderr and working directory (passed as file descriptors),
+environment, umask, CPU affinity and niceness, runs the command as
+``entry.in_process`` would (the same table-driven parse and ``dispatch``;
+what needs click goes back to the client, to run in process), sends the
+exit status and puts its stdio back on /dev/null.  A worker runs ``encode``
+itself (a fork per object cost about 6 ms of CPU, its page faults mostly);
+any other command, or one that raised its niceness, in a child it forks,
+whose end changes nothing in the worker.  When every worker is busy, the
+server forks such a child itself.  If the client goes away, its command is
+interrupted as a killed command would be (atomic writes leave no
+half-written file) and the process that ran it exits.
 
 It exits after OBJBTF_RESIDENT_IDLE seconds (default 30) without a command,
 on ``objbtf server stop`` or on SIGTERM; then, if the client that started it had
@@ -29,9 +36,15 @@ import sys
 import time
 
 from . import implementation
-from .client import MAX_MESSAGE, PROTOCOL, ROOT, code_digest, runtime_dir
+from .client import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK, ROOT,
+                     code_digest, runtime_dir)
 
 IDLE_DEFAULT = 30.0
+#: Commands a worker runs in its own process; the others in a forked child.
+IN_WORKER = ('encode',)
+#: A worker exits after this many commands, or once it grew this large.
+WORKER_REQUESTS = 500
+WORKER_MAX_RSS_KB = 512 * 1024
 #: Modules every command's child would import: loaded once, before forking.
 WARM = ('objbtf.commands', 'objbtf.options', 'objbtf.encode_file', 'linkdedup.objects',
         'linkdedup.pipeline', 'linkdedup.workers', 'subprocess', 'traceback')
@@ -44,6 +57,10 @@ class Server:
         self.started = time.time()
         self.requests = 0
         self.children: set[int] = set()
+        #: Workers by pid: the server's end of each one's channel; the idle ones.
+        self.workers: dict[int, socket.socket] = {}
+        self.idle_workers: list[int] = []
+        self.max_workers = os.cpu_count() or 1
         self.last_active = time.monotonic()
         self.terminated = False
         log = os.environ.get('OBJBTF_SERVER_LOG')
@@ -58,17 +75,24 @@ class Server:
     def status(self) -> dict:
         return {'pid': os.getpid(), 'socket': self.path, 'code': self.code, 'root': ROOT,
                 'modules': implementation().split()[0],    # compiled or pure
-                'requests': self.requests, 'running': len(self.children),
+                'requests': self.requests,
+                'running': len(self.children) + len(self.workers) - len(self.idle_workers),
+                'workers': len(self.workers),
                 'uptime': round(time.time() - self.started, 1), 'idle_exit': self.idle}
 
     def loop(self) -> socket.socket | None:
         """Serve until idle or asked to stop; the stopper's connection, if any."""
         while not self.terminated:
             self._reap()
-            if not self.children and time.monotonic() - self.last_active > self.idle:
+            busy = len(self.workers) - len(self.idle_workers)
+            if not self.children and not busy and time.monotonic() - self.last_active > self.idle:
                 return None
-            readable, _, _ = select.select([self.listener], [], [], 0.5)
-            if not readable:
+            channels = [c for pid, c in self.workers.items() if pid not in self.idle_workers]
+            readable, _, _ = select.select([self.listener, *channels], [], [], 0.5)
+            for channel in readable:
+                if channel is not self.listener:
+                    self._worker_done(channel)
+            if self.listener not in readable:
                 continue
             try:
                 conn, _ = self.listener.accept()
@@ -94,36 +118,94 @@ class Server:
         except OSError:
             kind = b''
         if kind == b'R':
-            try:
-                child = os.fork()
-            except OSError:             # the client sees no answer and runs it itself
-                conn.close()
-                return None
-            if child == 0:
-                self.listener.close()   # a killed server must leave no one listening
-                _child(conn)            # never returns
-            self.requests += 1
-            self.children.add(child)
+            if self._to_worker(conn):
+                self.requests += 1
+            else:
+                try:
+                    child = os.fork()
+                except OSError:         # the client sees no answer and runs it itself
+                    conn.close()
+                    return None
+                if child == 0:
+                    self._forget()
+                    _child(conn)        # never returns
+                self.requests += 1
+                self.children.add(child)
         elif kind == b'S':
             conn.recv(MAX_MESSAGE)
             self._reap()
-            _send(conn, ('status', self.status()))
+            _send(conn, marshal.dumps(('status', self.status())))
         elif kind == b'Q':
             conn.recv(MAX_MESSAGE)
             return conn
         conn.close()
         return None
 
+    def _to_worker(self, conn: socket.socket) -> bool:
+        """Hand ``conn`` to an idle worker, or to a new one if there is room;
+        False when every worker is busy (or none could start)."""
+        while self.idle_workers or len(self.workers) < self.max_workers:
+            pid = self.idle_workers.pop() if self.idle_workers else self._start_worker()
+            if pid is None:
+                return False
+            try:
+                socket.send_fds(self.workers[pid], [b'c'], [conn.fileno()])
+                return True
+            except OSError:             # it exited (its end closed): reaped later
+                self.workers.pop(pid).close()
+        return False
+
+    def _start_worker(self) -> int | None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            ours.close()
+            self._forget()
+            _worker(theirs)             # never returns
+        theirs.close()
+        self.workers[pid] = ours
+        return pid
+
+    def _forget(self) -> None:
+        """In a new child: close what is the server's alone, so that a killed
+        server leaves no one listening and each worker sees its channel end."""
+        self.listener.close()
+        for channel in self.workers.values():
+            channel.close()
+
+    def _worker_done(self, channel: socket.socket) -> None:
+        """A busy worker's channel spoke: idle again, or gone."""
+        pid = next((p for p, c in self.workers.items() if c is channel), None)
+        if pid is None:
+            return
+        try:
+            done = channel.recv(1) == b'i'
+        except OSError:
+            done = False
+        if done:
+            self.idle_workers.append(pid)
+        else:
+            self.workers.pop(pid).close()
+        self.last_active = time.monotonic()
+
     def _reap(self) -> None:
-        while self.children:
+        while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                self.children.clear()
                 return
             if pid == 0:
                 return
             self.children.discard(pid)
+            if pid in self.workers:
+                self.workers.pop(pid).close()
+                if pid in self.idle_workers:
+                    self.idle_workers.remove(pid)
             self.last_active = time.monotonic()
 
     def shut(self, stopper: socket.socket | None) -> None:
@@ -131,13 +213,19 @@ class Server:
         server), finish the running commands, log the CPU, answer the stopper."""
         self._unlink()
         self.listener.close()
-        while self.children:
-            pid, _ = os.waitpid(-1, 0)
-            self.children.discard(pid)
+        for channel in self.workers.values():
+            channel.close()             # each worker exits after its command
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+        self.children.clear()
+        self.workers.clear()
         if self.log:
             self._write_log()
         if stopper is not None:
-            _send(stopper, ('stopped', self.status()))
+            _send(stopper, marshal.dumps(('stopped', self.status())))
             stopper.close()
 
     def _unlink(self) -> None:
@@ -183,42 +271,113 @@ def _peer(conn: socket.socket) -> tuple[int, int, int]:
     return tuple(int.from_bytes(raw[i:i + 4], sys.byteorder) for i in (0, 4, 8))
 
 
-def _send(conn: socket.socket, message: tuple) -> None:
+def _send(conn: socket.socket, message: bytes) -> None:
     try:
-        conn.send(marshal.dumps(message))
+        conn.send(message)
     except OSError:
         pass
+
+
+def _status_bytes(status: int) -> bytes:
+    """An exit status as REPLY_EXIT carries it (one out of range is 1)."""
+    return (status if -(1 << 31) <= status < 1 << 31 else 1).to_bytes(4, 'little', signed=True)
 
 
 class ClientGone(BaseException):
     """The client of this child went away: stop as a killed command would."""
 
 
-def _child(conn: socket.socket) -> None:
-    """In the forked child: become the client's command, run it, report."""
+def _child(conn: socket.socket, request: list[str] | None = None) -> None:
+    """In a child forked for one command: become the client's command (unless
+    its worker did already: ``request``), run it, report, exit."""
     status = 1
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        request = _adopt(conn)
+        _command_signals()
         if request is None:
-            os._exit(1)
-        from .options import parse_fast
-        parsed = parse_fast(request)
-        if parsed is None:
-            _send(conn, ('fallback',))
-            os._exit(0)
-        _watch_client(conn)
-        _send(conn, ('ok',))
-        status = _run(parsed)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGIO, signal.SIG_IGN)
-        _send(conn, ('exit', status))
+            request = _adopt(conn)
+        if request is not None:
+            status = _serve(conn, request)
     except ClientGone:
         pass
     finally:
         os._exit(status)
+
+
+def _command_signals() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _serve(conn: socket.socket, request: list[str]) -> int:
+    """Run an adopted command and send its exit status (or send it back
+    to the client to run in process: then 0)."""
+    from .options import parse_fast
+    parsed = parse_fast(request)
+    if parsed is None:
+        _send(conn, REPLY_FALLBACK)
+        return 0
+    _watch_client(conn)
+    _send(conn, REPLY_OK)
+    status = _run(parsed)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGIO, signal.SIG_IGN)
+    _send(conn, REPLY_EXIT + _status_bytes(status))
+    return status
+
+
+def _worker(channel: socket.socket) -> None:
+    """A worker's life: serve the connections the server hands over on
+    ``channel`` one at a time, saying b'i' when idle again; exit when the
+    server closes it, or when this worker should not serve another."""
+    _command_signals()
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    for _ in range(WORKER_REQUESTS):
+        try:
+            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+        except OSError:
+            os._exit(0)
+        if not fds:
+            os._exit(0)                 # the server closed the channel
+        conn = socket.socket(fileno=fds[0])
+        request = _adopt(conn)
+        if request is not None:
+            here = bool(request) and request[0] in IN_WORKER
+            if not here or os.getpriority(os.PRIO_PROCESS, 0) != nice:
+                _in_child(conn, request)
+            else:
+                try:
+                    _serve(conn, request)
+                except ClientGone:
+                    os._exit(1)
+        conn.close()
+        _release()
+        if (os.getpriority(os.PRIO_PROCESS, 0) != nice
+                or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > WORKER_MAX_RSS_KB):
+            break
+        channel.send(b'i')
+    os._exit(0)
+
+
+def _in_child(conn: socket.socket, request: list[str]) -> None:
+    """Run an adopted command in a child of this worker; wait for it."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return                          # no status: the client reports it
+    if pid == 0:
+        _child(conn, request)
+    os.waitpid(pid, 0)
+
+
+def _release() -> None:
+    """Between a worker's commands: its stdio back on /dev/null (a client's
+    pipe must not stay open here) and its directory back to /."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    os.chdir('/')
 
 
 def _adopt(conn: socket.socket) -> list[str] | None:
@@ -229,11 +388,13 @@ def _adopt(conn: socket.socket) -> list[str] | None:
            for level, kind, data in ancillary
            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
            for i in range(0, len(data) - 3, 4)]
-    if len(fds) != 4 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or message[:1] != b'R':
+    whole = len(fds) == 4 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
+    fields = marshal.loads(message[1:]) if whole and message[:1] == b'R' else None
+    if fields is None or fields[0] != PROTOCOL:
+        for fd in fds:
+            os.close(fd)
         return None
-    version, _, argv, environ, umask, cpus, nice = marshal.loads(message[1:])
-    if version != PROTOCOL:
-        return None
+    _, _, argv, environ, umask, cpus, nice = fields
     for fd in (0, 1, 2):
         os.dup2(fds[fd], fd)
     os.fchdir(fds[3])
@@ -247,8 +408,8 @@ def _adopt(conn: socket.socket) -> list[str] | None:
         pass
     if nice > os.getpriority(os.PRIO_PROCESS, 0):
         os.setpriority(os.PRIO_PROCESS, 0, nice)
-    sys.argv = argv
-    return argv[1:]
+    sys.argv = [os.fsdecode(a) for a in argv]
+    return sys.argv[1:]
 
 
 def _take_environment(environ: dict[bytes, bytes]) -> None:

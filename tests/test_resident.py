@@ -22,6 +22,7 @@ import pytest
 
 from conftest import C_FIXTURES, ROOT, compile_c, need, run
 
+NATIVE = 'objbtf-client'
 SERVER_LINE = re.compile(r'^objbtf-server pid=(\d+) requests=(\d+) user=(\d+\.\d+) sys=(\d+\.\d+)$')
 
 
@@ -45,6 +46,13 @@ class Tree:
         p = self.start(*args, **kw)
         out, err = p.communicate(timeout=120)
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def native(self, program: Path | list, *args: str | os.PathLike,
+               **env: str) -> subprocess.CompletedProcess:
+        """Run the C client ``program`` (or another command line)."""
+        command = program if isinstance(program, list) else [program]
+        return subprocess.run([*command, *map(str, args)], cwd=self.path,
+                              env={**self.env, **env}, capture_output=True, text=True, timeout=120)
 
     def servers(self) -> list[dict[str, str]]:
         r = self.run('server', 'status')
@@ -90,9 +98,14 @@ def alive(pid: int) -> bool:
     return state != 'Z'
 
 
-def children(pid: int) -> list[int]:
-    return [int(c) for t in Path(f'/proc/{pid}/task').iterdir()
-            for c in (t / 'children').read_text().split()]
+def parent(pid: int) -> int:
+    return int(Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[1])
+
+
+def running(tree: 'Tree') -> int:
+    """How many commands the tree's one server is running."""
+    [server] = tree.servers()
+    return int(server['running'])
 
 
 def wait_for(condition, timeout: float = 20.0) -> bool:
@@ -229,11 +242,11 @@ def test_killed_client_leaves_no_half_written_object(tmp_path, runtime):
     for delay in (0.0, 0.0, 0.1, 0.2, 0.4, 0.8):
         target.write_bytes(original)
         p = tree.start('encode', 'big.o')
-        assert wait_for(lambda: children(int(server['pid'])))      # its child is at work
+        assert wait_for(lambda: running(tree) == 1)                 # at work
         time.sleep(delay)
         p.kill()
         p.wait()
-        assert wait_for(lambda: not children(int(server['pid'])))
+        assert wait_for(lambda: running(tree) == 0)
         now = target.read_bytes()
         assert now in (original, encoded), delay
         seen.add(now == encoded)
@@ -343,24 +356,90 @@ def test_two_users_never_share_a_server(runtime, objects):
 
 def test_changed_objbtf_gets_a_new_server(tmp_path, runtime, objects):
     """A copy of objbtf edited between two commands: the second starts a new
-    server (another code digest), the old one never serves again."""
+    server (another code digest), the old one never serves again, through
+    the Python client or the C one."""
     code = tmp_path / 'code'
     for package in ('objbtf', 'linkdedup'):
         shutil.copytree(ROOT / package, code / package,
                         ignore=shutil.ignore_patterns('__pycache__'))
     tree = Tree(tmp_path / 'tree', runtime, PYTHONPATH=str(code))
-    names = populate(tree.path, objects[:2], 1)
+    names = populate(tree.path, objects[:3], 1)
     assert tree.run('encode', names[0]).returncode == 0
     [old] = tree.servers()
     assert old['root'] == str(code)
     with open(code / 'objbtf' / 'encoder.py', 'a') as f:
         f.write('\n# a new version\n')
     assert tree.run('encode', names[1]).returncode == 0
+    assert tree.native(code / 'objbtf' / NATIVE, 'encode', names[2]).returncode == 0
     servers = {s['pid']: s for s in tree.servers()}
     assert len(servers) == 2 and servers[old['pid']]['requests'] == old['requests']
     new = next(s for pid, s in servers.items() if pid != old['pid'])
-    assert new['code'] != old['code'] and new['requests'] == '1'
+    assert new['code'] != old['code'] and new['requests'] == '2'
     tree.stop()
+
+
+def test_c_client_reaches_the_python_clients_server(tmp_path, runtime, objects):
+    """objbtf-client (what ``server command`` prints) computes the socket the
+    Python client does: started by either, one server serves both, and
+    their objects are the in-process bytes."""
+    program = shlex.split(Tree(tmp_path, runtime).run('server', 'command').stdout)
+    assert program == [str(ROOT / 'objbtf' / NATIVE)], 'objbtf-client is not built'
+    served = Tree(tmp_path / 'served', runtime)
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    names = populate(served.path, objects[:4], 1)
+    populate(local.path, objects[:4], 1)
+    assert served.native(program[0], 'encode', names[0]).returncode == 0   # starts it
+    assert served.run('encode', names[1]).returncode == 0
+    assert served.native(program[0], 'encode', names[2]).returncode == 0
+    assert served.native(program[0], 'encode', '-q', names[3]).returncode == 0
+    for name in names:
+        assert local.run('encode', name).returncode == 0
+        assert (served.path / name).read_bytes() == (local.path / name).read_bytes(), name
+    [server] = served.servers()
+    assert server['requests'] == '4'
+    assert len(list((runtime / 'objbtf').glob('*.sock'))) == 1
+    served.stop()
+
+
+def test_c_client_hands_the_rest_to_python(tmp_path, runtime, objects):
+    """What objbtf-client does not serve itself (help and usage errors,
+    which need click; commands the server does not run; OBJBTF_RESIDENT=0;
+    a missing file) ends as the Python client ends it: the same status and
+    output."""
+    tree = Tree(tmp_path, runtime)
+    program = ROOT / 'objbtf' / NATIVE
+    bare = [sys.executable, '-S', str(ROOT / 'objbtf' / 'bare.py')]
+    [name] = populate(tmp_path, objects[:1], 1)
+    for args, env in ((('encode', '--help'), {}), (('--version',), {}),
+                      (('encode', '--no-such-option', name), {}), (('dump', name), {}),
+                      (('encode', 'missing.o'), {}), (('encode', 'missing.o'), {'OBJBTF_RESIDENT': '0'}),
+                      (('link',), {})):
+        ours, python = tree.native(program, *args, **env), tree.native(bare, *args, **env)
+        assert (ours.returncode, ours.stdout, ours.stderr) == \
+            (python.returncode, python.stdout, python.stderr), args
+    tree.stop()
+
+
+def test_a_worker_serves_encodes_in_turn_and_retires_when_niced(tmp_path, runtime, objects):
+    """Encodes one after another all go to one worker, which gives the
+    in-process bytes every time; a client with a higher niceness has its
+    command run at that niceness, after which the worker retires (it could
+    not lower its niceness again)."""
+    served = Tree(tmp_path / 'served', runtime)
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    names = populate(served.path, objects, 1)
+    populate(local.path, objects, 1)
+    for name in names:
+        assert served.run('encode', name).returncode == 0
+        assert local.run('encode', name).returncode == 0
+        assert (served.path / name).read_bytes() == (local.path / name).read_bytes(), name
+    [server] = served.servers()
+    assert (server['requests'], server['workers']) == (str(len(names)), '1')
+    r = served.run('cc', '--', 'sh', '-c', 'nice > nice.txt', prefix=(need('nice'), '-n', '7'))
+    assert r.returncode == 0 and (served.path / 'nice.txt').read_text() == '7\n'
+    [server] = served.servers()
+    assert server['workers'] == '0'
+    served.stop()
 
 
 def test_idle_server_exits_and_logs_its_cpu(tmp_path, runtime, objects):
@@ -428,17 +507,17 @@ def test_the_server_warms_what_commands_import(tmp_path):
 
 
 def test_a_killed_command_is_one_line_and_status_1(tmp_path, runtime):
-    """The server's child for a command killed (say by the OOM killer): the
-    client says so on one line and exits 1, and does not run it again."""
+    """The server's process for a command killed (say by the OOM killer):
+    the client says so on one line and exits 1, and does not run it again."""
     tree = Tree(tmp_path, runtime)
     assert tree.run('cc', '--', 'true').returncode == 0
     [server] = tree.servers()
     p = tree.start('cc', '--', 'sh', '-c', 'echo $$ >> runs; exec sleep 60')
-    assert wait_for(lambda: children(int(server['pid'])))
-    [child] = children(int(server['pid']))
     assert wait_for(lambda: (tmp_path / 'runs').exists() and (tmp_path / 'runs').read_text())
-    os.kill(child, signal.SIGKILL)
     compiler = int((tmp_path / 'runs').read_text())
+    command = parent(compiler)
+    assert command != int(server['pid'])
+    os.kill(command, signal.SIGKILL)
     os.kill(compiler, signal.SIGKILL)       # orphaned, it would hold the client's pipes
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and out == ''

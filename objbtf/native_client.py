@@ -1,0 +1,82 @@
+"""objbtf-client: the resident server's client in C (client.c), built here.
+
+Kbuild runs objbtf once per object; the Python client (client.py) spends
+about 6 ms of CPU starting the interpreter before it connects, the C one
+well under 1 ms.  It is built when objbtf is installed (setup.py, or
+``python3 -m objbtf.native_client`` in a checkout), for the interpreter that
+builds it: that interpreter runs every command it cannot serve itself.
+``objbtf server command`` prints it when ``program()`` finds it usable, else
+the Python client's command line.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / 'client.c'
+NAME = 'objbtf-client'
+
+
+def _c_string(text: str) -> str:
+    """``text`` as a C string literal (every byte but letters and digits in octal)."""
+    return '"' + ''.join(chr(b) if chr(b).isalnum() else f'\\{b:03o}'
+                         for b in text.encode(errors='surrogateescape')) + '"'
+
+
+def _protocol() -> int:
+    return int(re.search(r'^PROTOCOL = (\d+)$', (HERE / 'client.py').read_text(), re.M).group(1))
+
+
+def build(dest: Path = HERE, cc: str | None = None) -> Path:
+    """Compile client.c into ``dest``/objbtf-client (written under another
+    name, then renamed); its path.  Raises OSError or CalledProcessError."""
+    cc = cc or os.environ.get('CC') or shutil.which('cc') or 'gcc'
+    target = dest / NAME
+    with tempfile.TemporaryDirectory(dir=dest, prefix='.objbtf-client-') as tmp:
+        out = Path(tmp) / NAME
+        subprocess.run([cc, '-O2', '-std=gnu11', '-Wall', '-o', str(out), str(SOURCE),
+                        f'-DOBJBTF_PYTHON={_c_string(sys.executable)}',
+                        f'-DOBJBTF_PYTHON_VERSION={_c_string(sys.version)}',
+                        f'-DOBJBTF_PROTOCOL={_protocol()}'],
+                       check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        os.chmod(out, 0o755)
+        os.replace(out, target)
+    return target
+
+
+def program() -> Path | None:
+    """The C client beside this module, if it is usable here: built from the
+    client.c beside it (not older; a wheel has no client.c), for this machine (the interpreter's ELF
+    class, byte order and machine) and this interpreter (whose path and
+    version it holds)."""
+    path = HERE / NAME
+    try:
+        if not os.access(path, os.X_OK) or (SOURCE.exists()
+                                             and path.stat().st_mtime_ns < SOURCE.stat().st_mtime_ns):
+            return None
+        data = path.read_bytes()
+        with open(sys.executable, 'rb') as f:
+            interpreter = f.read(20)
+    except OSError:
+        return None
+    # e_ident's class and data bytes, e_machine
+    if (data[4:6], data[18:20]) != (interpreter[4:6], interpreter[18:20]):
+        return None
+    wanted = (sys.executable, sys.version)
+    if all(b'\0' + s.encode(errors='surrogateescape') + b'\0' in data for s in wanted):
+        return path
+    return None
+
+
+if __name__ == '__main__':
+    try:
+        print(build())
+    except (OSError, subprocess.CalledProcessError) as err:
+        output = getattr(err, 'output', b'') or b''
+        sys.exit(f'objbtf: cannot build {NAME}: {err}\n{output.decode(errors="replace")}')
