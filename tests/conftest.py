@@ -206,10 +206,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope='session')
 def kbuild_6_1_gbtf(tmp_path_factory):
     """Linux 6.1 built as kbuild_6_1 but DWARF-less (OBJBTF_GBTF=1, patch 4),
-    once per run.  OBJBTF goes to configure too: Kconfig reads both."""
-    from kbuild_tree import objbtf_command, patched_build
+    once per run, through the quickest client (``objbtf server command``,
+    the C one), as the DWARF-less benchmark runs it.  OBJBTF goes to
+    configure too: Kconfig reads both."""
+    from kbuild_tree import patched_build, quick_command
     return patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf'), '6.1',
-                         (f'OBJBTF={objbtf_command()}', 'OBJBTF_GBTF=1'))
+                         (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'))
 
 
 @pytest.fixture(scope='session')

@@ -115,6 +115,13 @@ def objbtf_command() -> str:
     return path
 
 
+def quick_command() -> str:
+    """What ``objbtf server command`` prints: the C client when it is built."""
+    r = subprocess.run([objbtf_command(), 'server', 'command'], capture_output=True, text=True,
+                       check=True)
+    return r.stdout.strip()
+
+
 def make(src: Path, build: Path, *args: str) -> str:
     """make OBJBTF=... ARGS (targets and variables) in the O= tree; fails on
     a BTF-related warning.  Returns what make wrote to stderr."""
