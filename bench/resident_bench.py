@@ -6,12 +6,14 @@ Three ways of running objbtf, taking turns round after round (A B C A B C):
   - in process: the installed console script with OBJBTF_RESIDENT=0, as
     before the server (one interpreter start and all the imports per call);
   - server: the installed console script, through the tree's server;
-  - bare client: ``objbtf server command`` (python -S on the bare client),
-    through the server.
+  - quick client: what ``objbtf server command`` prints (the C client when
+    it is built, else python -S on the bare client), through the server.
 Each round encodes copies of every Nth kernel object (one process per object,
 as Kbuild runs them, from the top of a scratch tree) and then links the
-reference modules (`objbtf link --objects M.mod --base vmlinux`, as
-Makefile.modfinal, with -o so the module stays as it was).  The CPU counted
+reference modules (`objbtf link --objects M.mod --base vmlinux --base-index
+.btf.vmlinux.index`, as Makefile.modfinal, with -o so the module stays as it
+was; the index made once before the rounds, as the first of a build's many
+module links makes it).  The CPU counted
 is the clients' (children of this script) plus the server's: a fresh server
 per phase, stopped at the phase's end, its CPU (with its children's) read
 from OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
@@ -96,21 +98,25 @@ def main() -> int:
     args = ap.parse_args()
     installed = installed_objbtf()
     env = {k: v for k, v in os.environ.items() if k not in ('PYTHONDONTWRITEBYTECODE', 'PYTHONPATH')}
-    bare = subprocess.run([installed, 'server', 'command'], env=env, check=True,
-                          capture_output=True, text=True).stdout.split()
+    quick = subprocess.run([installed, 'server', 'command'], env=env, check=True,
+                           capture_output=True, text=True).stdout
+    quick = shlex.split(quick)
     ways = {'in process': ([installed], {**env, 'OBJBTF_RESIDENT': '0'}),
             'server': ([installed], {**env, 'OBJBTF_RESIDENT': '1'}),
-            'bare client': (bare, {**env, 'OBJBTF_RESIDENT': '1'})}
+            'quick client': (quick, {**env, 'OBJBTF_RESIDENT': '1'})}
     objs = [str(p.relative_to(args.build)) for p in objects(args.build)[::args.every]
             if not p.name.endswith('.mod.o')]
     links = [['link', '-q', '--objects', f'{m}.mod', '--base', str(args.build / 'vmlinux'),
-              '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
+              '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
     figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': []} for w in ways}
     stop = [installed, 'server', 'stop']
     started = time.time()
     with tempfile.TemporaryDirectory() as d:
         pristine = Path(d) / 'pristine'
         scratch_tree(args.build, pristine, objs)
+        subprocess.run([installed, *links[0]], cwd=pristine, check=True,
+                       env={**env, 'OBJBTF_RESIDENT': '0'})      # makes the index
+        (pristine / 'm.btf').unlink()
         compile_cpu = 0.0
         for rel in objs:
             cmd = compile_command(args.build, args.build / rel, Path(d) / 'c.o')

@@ -10,9 +10,9 @@ environment, umask, CPU affinity and niceness, runs the command as
 ``entry.in_process`` would (the same table-driven parse and ``dispatch``;
 what needs click goes back to the client, to run in process), sends the
 exit status and puts its stdio back on /dev/null.  A worker runs ``encode``
-itself (a fork per object cost about 6 ms of CPU, its page faults mostly);
-any other command, or one that raised its niceness, in a child it forks,
-whose end changes nothing in the worker.  When every worker is busy, the
+and a module's ``link`` itself (a fork per object cost about 6 ms of CPU,
+its page faults mostly); any other command, or one that raised its
+niceness, in a child it forks, whose end changes nothing in the worker.  When every worker is busy, the
 server forks such a child itself.  If the client goes away, its command is
 interrupted as a killed command would be (atomic writes leave no
 half-written file) and the process that ran it exits.
@@ -36,12 +36,11 @@ import sys
 import time
 
 from . import implementation
+from .options import Parsed
 from .client import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK, ROOT,
                      code_digest, runtime_dir)
 
 IDLE_DEFAULT = 30.0
-#: Commands a worker runs in its own process; the others in a forked child.
-IN_WORKER = ('encode',)
 #: A worker exits after this many commands, or once it grew this large.
 WORKER_REQUESTS = 500
 WORKER_MAX_RSS_KB = 512 * 1024
@@ -287,16 +286,21 @@ class ClientGone(BaseException):
     """The client of this child went away: stop as a killed command would."""
 
 
-def _child(conn: socket.socket, request: list[str] | None = None) -> None:
+def _child(conn: socket.socket, parsed: Parsed | None = None) -> None:
     """In a child forked for one command: become the client's command (unless
-    its worker did already: ``request``), run it, report, exit."""
+    its worker did already and read it: ``parsed``), run it, report, exit."""
     status = 1
     try:
         _command_signals()
-        if request is None:
+        if parsed is None:
             request = _adopt(conn)
-        if request is not None:
-            status = _serve(conn, request)
+            if request is None:
+                return
+            parsed = _parse(conn, request)
+            if parsed is None:          # the client runs it
+                status = 0
+                return
+        status = _serve(conn, parsed)
     except ClientGone:
         pass
     finally:
@@ -308,14 +312,18 @@ def _command_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _serve(conn: socket.socket, request: list[str]) -> int:
-    """Run an adopted command and send its exit status (or send it back
-    to the client to run in process: then 0)."""
+def _parse(conn: socket.socket, request: list[str]) -> Parsed | None:
+    """The command line as the in-process path reads it; None when it needs
+    click: then the client is told to run it in process."""
     from .options import parse_fast
     parsed = parse_fast(request)
     if parsed is None:
         _send(conn, REPLY_FALLBACK)
-        return 0
+    return parsed
+
+
+def _serve(conn: socket.socket, parsed: Parsed) -> int:
+    """Run an adopted command and send its exit status."""
     _watch_client(conn)
     _send(conn, REPLY_OK)
     status = _run(parsed)
@@ -324,6 +332,14 @@ def _serve(conn: socket.socket, request: list[str]) -> int:
     signal.signal(signal.SIGIO, signal.SIG_IGN)
     _send(conn, REPLY_EXIT + _status_bytes(status))
     return status
+
+
+def _in_worker(parsed: Parsed) -> bool:
+    """Whether a worker runs the command itself: an object's encode or a
+    module's link (with --base), short and leaving nothing behind; not cc
+    (its compiler) nor vmlinux's link (its memory would stay)."""
+    return parsed.command == 'encode' or (parsed.command == 'link'
+                                          and parsed.values.get('base_path') is not None)
 
 
 def _worker(channel: socket.socket) -> None:
@@ -341,13 +357,13 @@ def _worker(channel: socket.socket) -> None:
             os._exit(0)                 # the server closed the channel
         conn = socket.socket(fileno=fds[0])
         request = _adopt(conn)
-        if request is not None:
-            here = bool(request) and request[0] in IN_WORKER
-            if not here or os.getpriority(os.PRIO_PROCESS, 0) != nice:
-                _in_child(conn, request)
+        parsed = _parse(conn, request) if request is not None else None
+        if parsed is not None:
+            if not _in_worker(parsed) or os.getpriority(os.PRIO_PROCESS, 0) != nice:
+                _in_child(conn, parsed)
             else:
                 try:
-                    _serve(conn, request)
+                    _serve(conn, parsed)
                 except ClientGone:
                     os._exit(1)
         conn.close()
@@ -359,14 +375,14 @@ def _worker(channel: socket.socket) -> None:
     os._exit(0)
 
 
-def _in_child(conn: socket.socket, request: list[str]) -> None:
+def _in_child(conn: socket.socket, parsed: Parsed) -> None:
     """Run an adopted command in a child of this worker; wait for it."""
     try:
         pid = os.fork()
     except OSError:
         return                          # no status: the client reports it
     if pid == 0:
-        _child(conn, request)
+        _child(conn, parsed)
     os.waitpid(pid, 0)
 
 
