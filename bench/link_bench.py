@@ -60,7 +60,7 @@ os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(HERE.parent),
                                                          os.environ.get('PYTHONPATH')]))
 os.environ['OBJBTF_RESIDENT'] = '0'
 from accounting import PeakMemory  # noqa: E402
-from kernel_tree import VMLINUX_LINK, encoded_tree  # noqa: E402
+from kernel_tree import VMLINUX_LINK, encoded_tree, pahole_flags  # noqa: E402
 from results import record  # noqa: E402
 
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
@@ -107,14 +107,6 @@ def interleaved(n: int, cmds: list[list[str]]) -> list[Summary]:
         for i, cmd in enumerate(cmds):
             runs[i].append(Run(cmd))
     return [Summary(r) for r in runs]
-
-
-def pahole_flags(build: Path) -> list[str]:
-    """What 6.1's scripts/pahole-flags.sh passes to the installed pahole."""
-    script = build / 'source' / 'scripts' / 'pahole-flags.sh'
-    out = subprocess.run(['sh', str(script)], env=dict(os.environ, PAHOLE='pahole'),
-                         check=True, capture_output=True, text=True).stdout
-    return out.split()
 
 
 def link_shared(tree: Path) -> Path:

@@ -18,6 +18,10 @@ is the clients' (children of this script) plus the server's: a fresh server
 per phase, stopped at the phase's end, its CPU (with its children's) read
 from OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
 paid once per tree and build) is measured on its own and shown apart.
+The module links' peer, in each round too: what Makefile.modfinal runs in
+the stock build, ``pahole -J`` with scripts/pahole-flags.sh's flags
+``--btf_base vmlinux`` on the stock module (``--btf_encode_detached``, so
+that the module stays as it is).
 Appends the figures to bench/RESULTS.md with the command.
 """
 from __future__ import annotations
@@ -37,7 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
-from kernel_tree import objects  # noqa: E402
+from kernel_tree import objects, pahole_flags  # noqa: E402
 from encode_bench import compile_command, installed_objbtf  # noqa: E402
 from results import record  # noqa: E402
 
@@ -110,6 +114,8 @@ def main() -> int:
               '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
     figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': []} for w in ways}
     stop = [installed, 'server', 'stop']
+    flags = pahole_flags(args.build)
+    pahole: list[float] = []
     started = time.time()
     with tempfile.TemporaryDirectory() as d:
         pristine = Path(d) / 'pristine'
@@ -137,19 +143,28 @@ def main() -> int:
                 c, s = run_phase(cmd, stop, way_env, tree, links)
                 figures[way]['link'].append((c + s - start) / len(links))
                 figures[way].setdefault('start', []).append(start)
+            before = child_cpu()
+            for m in MODULES:
+                subprocess.run(['pahole', '-J', *flags, '--btf_base', str(args.build / 'vmlinux'),
+                                '--btf_encode_detached', str(Path(d) / 'p.btf'),
+                                str(args.build / f'{m}.ko')], check=True)
+            pahole.append((child_cpu() - before) / len(MODULES))
     lines = [f'{len(objs)} objects (every {args.every}th of {args.build}), {len(MODULES)} modules, '
              f'{args.rounds} rounds in turns, wall {time.time() - started:.0f} s, load average '
              f'{os.getloadavg()[0]:.1f}; compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
              'CPU per call (clients + server), median of rounds; encode: the server start '
              'spread over the objects; module link: without it (the encodes started the server):']
     base = statistics.median(figures['in process']['encode'])
+    peer = statistics.median(pahole)
     for way, f in figures.items():
         enc, link = statistics.median(f['encode']), statistics.median(f['link'])
         start = statistics.median(f['start'])
         lines.append(f'  {way:12} encode {1000 * enc:6.1f} ms ({enc / base:.2f} x in process, '
                      f'{enc * len(objs) / compile_cpu:.3f} of the compile)   module link '
-                     f'{1000 * link:6.1f} ms' + (f'   (server start {1000 * start:.0f} ms, once per tree)'
-                                                 if start else ''))
+                     f'{1000 * link:6.1f} ms ({link / peer:.2f} x pahole)'
+                     + (f'   (server start {1000 * start:.0f} ms, once per tree)' if start else ''))
+    lines.append(f'  pahole -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
+                 'module (goal for the module link: at most 1.0 x)')
     report = '\n'.join(lines)
     print(report)
     if not args.no_record:

@@ -72,3 +72,11 @@ def relink_module(tree: Path, ko: Path) -> None:
     cmd_file = ko.parent / f'.{ko.name}.cmd'
     m = re.search(r'^(?:saved)?cmd_\S+ := (.*?);', cmd_file.read_text(), re.M)
     subprocess.run(shlex.split(m.group(1)), cwd=tree, check=True, capture_output=True)
+
+
+def pahole_flags(build: Path) -> list[str]:
+    """What 6.1's scripts/pahole-flags.sh passes to the installed pahole."""
+    script = build / 'source' / 'scripts' / 'pahole-flags.sh'
+    out = subprocess.run(['sh', str(script)], env=dict(os.environ, PAHOLE='pahole'),
+                         check=True, capture_output=True, text=True).stdout
+    return out.split()

@@ -82,6 +82,15 @@ def test_no_dwarf_anywhere(gbtf_build, gbtf_modules):
     assert '.BTF' not in sections(build / 'arch/x86/entry/vdso/vdso64.so')
 
 
+def test_no_second_copy_of_the_objects_btf(gbtf_build):
+    """The DWARF-less build removes .tmp_vmlinux.btf once vmlinux's BTF is
+    linked (nothing reads it again; the build with DWARF keeps it, as stock
+    does: test_kbuild reads it)."""
+    _, build = gbtf_build
+    assert (build / '.btf.vmlinux.bin.o').exists() and (build / 'vmlinux').exists()
+    assert not (build / '.tmp_vmlinux.btf').exists()
+
+
 def test_vmlinux_btf_is_valid(gbtf_build, kernel_loader):
     _, build = gbtf_build
     vmlinux = build / 'vmlinux'
