@@ -12,10 +12,11 @@ what needs click goes back to the client, to run in process), sends the
 exit status and puts its stdio back on /dev/null.  A worker runs ``encode``
 and a module's ``link`` itself (a fork per object cost about 6 ms of CPU,
 its page faults mostly); any other command, or one that raised its
-niceness, in a child it forks, whose end changes nothing in the worker.  When every worker is busy, the
-server forks such a child itself.  If the client goes away, its command is
-interrupted as a killed command would be (atomic writes leave no
-half-written file) and the process that ran it exits.
+niceness, in a child it forks, whose end changes nothing in the worker.
+When every worker is busy, the server forks such a child itself.  If the
+client goes away, its command is interrupted as a killed command would be
+(atomic writes leave no half-written file) and the process that ran it
+exits.
 
 It exits after OBJBTF_RESIDENT_IDLE seconds (default 30) without a command,
 on ``objbtf server stop`` or on SIGTERM; then, if the client that started it had
@@ -36,7 +37,7 @@ import sys
 import time
 
 from . import implementation
-from .options import Parsed
+from .options import Parsed, parse_fast
 from .client import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK, ROOT,
                      code_digest, runtime_dir)
 
@@ -163,9 +164,12 @@ class Server:
             theirs.close()
             return None
         if pid == 0:
-            ours.close()
-            self._forget()
-            _worker(theirs)             # never returns
+            try:
+                ours.close()
+                self._forget()
+                _worker(theirs)
+            finally:
+                os._exit(0)             # never back into the server's loop
         theirs.close()
         self.workers[pid] = ours
         return pid
@@ -315,7 +319,6 @@ def _command_signals() -> None:
 def _parse(conn: socket.socket, request: list[str]) -> Parsed | None:
     """The command line as the in-process path reads it; None when it needs
     click: then the client is told to run it in process."""
-    from .options import parse_fast
     parsed = parse_fast(request)
     if parsed is None:
         _send(conn, REPLY_FALLBACK)
@@ -344,17 +347,15 @@ def _in_worker(parsed: Parsed) -> bool:
 
 def _worker(channel: socket.socket) -> None:
     """A worker's life: serve the connections the server hands over on
-    ``channel`` one at a time, saying b'i' when idle again; exit when the
-    server closes it, or when this worker should not serve another."""
+    ``channel`` one at a time, saying b'i' when idle again, until the server
+    closes it or this worker should not serve another (or its client went
+    away mid-command: ClientGone).  Its caller then ends the process."""
     _command_signals()
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     for _ in range(WORKER_REQUESTS):
-        try:
-            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
-        except OSError:
-            os._exit(0)
+        _, fds, _, _ = socket.recv_fds(channel, 1, 1)
         if not fds:
-            os._exit(0)                 # the server closed the channel
+            return                      # the server closed the channel
         conn = socket.socket(fileno=fds[0])
         request = _adopt(conn)
         parsed = _parse(conn, request) if request is not None else None
@@ -362,17 +363,13 @@ def _worker(channel: socket.socket) -> None:
             if not _in_worker(parsed) or os.getpriority(os.PRIO_PROCESS, 0) != nice:
                 _in_child(conn, parsed)
             else:
-                try:
-                    _serve(conn, parsed)
-                except ClientGone:
-                    os._exit(1)
+                _serve(conn, parsed)
         conn.close()
         _release()
         if (os.getpriority(os.PRIO_PROCESS, 0) != nice
                 or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > WORKER_MAX_RSS_KB):
-            break
+            return
         channel.send(b'i')
-    os._exit(0)
 
 
 def _in_child(conn: socket.socket, parsed: Parsed) -> None:

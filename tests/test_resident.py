@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -470,6 +471,29 @@ def test_stop_and_sigterm_log_and_end_the_server(tmp_path, runtime, objects):
     os.kill(int(server['pid']), signal.SIGTERM)
     assert wait_for(lambda: len(log.read_text().splitlines()) == 2)
     assert SERVER_LINE.match(log.read_text().splitlines()[1])[1] == server['pid']
+
+
+def test_a_malformed_request_ends_only_its_worker(tmp_path, runtime, objects):
+    """A request the server cannot read (here a marshal cut short, with the
+    four descriptors): the connection closes without a reply, the worker
+    that read it exits, and the server goes on serving."""
+    tree = Tree(tmp_path, runtime)
+    names = populate(tmp_path, objects[:2], 1)
+    assert tree.run('encode', names[0]).returncode == 0
+    [server] = tree.servers()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.connect(server['socket'])
+        cwd = os.open(tmp_path, os.O_RDONLY)
+        with open(os.devnull, 'rb') as null:
+            socket.send_fds(sock, [b'R(\x07\x00\x00\x00i'], [null.fileno()] * 3 + [cwd])
+        os.close(cwd)
+        sock.settimeout(20)
+        assert sock.recv(64) == b''
+    assert wait_for(lambda: running(tree) == 0)
+    assert tree.run('encode', names[1]).returncode == 0
+    [after] = tree.servers()
+    assert after['pid'] == server['pid'] and after['requests'] == '3'
+    tree.stop()
 
 
 def test_unsafe_runtime_directory_means_no_server(tmp_path, runtime, objects):
