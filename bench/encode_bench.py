@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
 from accounting import become_subreaper, server_supported, settle_servers, tree_cpu  # noqa: E402
-from install import clean_env, installed_objbtf  # noqa: E402
+from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
 from results import record  # noqa: E402
 KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
@@ -100,9 +100,7 @@ def main() -> int:
         log = Path(d) / 'server.log'
         env = clean_env(OBJBTF_SERVER_LOG=str(log))
         subprocess.run([objbtf, '--help'], env=env, stdout=subprocess.DEVNULL, check=True)
-        client = [objbtf] if args.client == 'installed' else shlex.split(subprocess.run(
-            [objbtf, 'server', 'command'], env=env, check=True, capture_output=True,
-            text=True).stdout)
+        client = [objbtf] if args.client == 'installed' else quick_client(objbtf, env)
         for i, obj in enumerate(objs):
             work = Path(d) / 'o.o'
             cmd = compile_command(build, obj, Path(d) / 'c.o')

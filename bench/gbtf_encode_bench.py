@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from encode_bench import KERNEL_SCRIPT, compile_command, objects  # noqa: E402
 from gbtf_bench import without_dwarf  # noqa: E402
-from install import clean_env, installed_objbtf  # noqa: E402
+from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from resident_bench import child_cpu, run_phase  # noqa: E402
 
 #: One child: encode every object once (warm-up), then ``reps`` times each,
@@ -109,8 +109,7 @@ def as_built(trees: dict[str, Path], objs: list[Path], rounds: int, work: Path) 
     ways = {}
     for name, tree in trees.items():
         objbtf = installed_objbtf(tree, work / f'venv-{name}')
-        bare = subprocess.run([objbtf, 'server', 'command'], env=clean_env(), check=True,
-                              capture_output=True, text=True).stdout.split()
+        bare = quick_client(objbtf, clean_env())
         stop = [objbtf, 'server', 'stop']
         ways[name, 'process'] = ([objbtf], clean_env(OBJBTF_RESIDENT='0'), stop)
         ways[name, 'server'] = (bare, clean_env(OBJBTF_RESIDENT='1'), stop)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,10 @@ def clean_env(**extra: str) -> dict[str, str]:
            if k not in ('PYTHONPATH', 'PYTHONDONTWRITEBYTECODE')}
     env.update(extra)
     return env
+
+
+def quick_client(objbtf: str, env: dict[str, str]) -> list[str]:
+    """What ``objbtf server command`` prints (the C client when it is built,
+    else python -S on the bare client), as a command line's words."""
+    return shlex.split(subprocess.run([objbtf, 'server', 'command'], env=env, check=True,
+                                      capture_output=True, text=True).stdout)

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from accounting import (become_subreaper, machine_cpu, own_cpu, server_supported,
                         settle_servers, stop_servers, tree_cpu)
-from install import clean_env, installed_objbtf
+from install import clean_env, installed_objbtf, quick_client
 from projection import PHASES, Phase, build_wall
 from trust import OTHERS_LIMIT, doubts, paired_ratio
 
@@ -241,8 +241,7 @@ def run(opts, work: Path, records: Path) -> dict:
     resident = server_supported([objbtf], env)
     command = objbtf
     if resident:
-        command = subprocess.run([objbtf, 'server', 'command'], check=True, capture_output=True,
-                                 text=True, env=env).stdout.strip()
+        command = shlex.join(quick_client(objbtf, env))
     variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), command)
     if opts.without:
         variants = {name: args for name, args in variants.items() if name not in opts.without}

@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
 from kernel_tree import objects, pahole_flags  # noqa: E402
 from encode_bench import compile_command, installed_objbtf  # noqa: E402
+from install import quick_client  # noqa: E402
 from results import record  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
@@ -102,9 +103,7 @@ def main() -> int:
     args = ap.parse_args()
     installed = installed_objbtf()
     env = {k: v for k, v in os.environ.items() if k not in ('PYTHONDONTWRITEBYTECODE', 'PYTHONPATH')}
-    quick = subprocess.run([installed, 'server', 'command'], env=env, check=True,
-                           capture_output=True, text=True).stdout
-    quick = shlex.split(quick)
+    quick = quick_client(installed, env)
     ways = {'in process': ([installed], {**env, 'OBJBTF_RESIDENT': '0'}),
             'server': ([installed], {**env, 'OBJBTF_RESIDENT': '1'}),
             'quick client': (quick, {**env, 'OBJBTF_RESIDENT': '1'})}
