@@ -76,7 +76,7 @@ class Server:
         return {'pid': os.getpid(), 'socket': self.path, 'code': self.code, 'root': ROOT,
                 'modules': implementation().split()[0],    # compiled or pure
                 'requests': self.requests,
-                'running': len(self.children) + len(self.workers) - len(self.idle_workers),
+                'running': len(self.children) + self._busy_workers(),
                 'workers': len(self.workers),
                 'uptime': round(time.time() - self.started, 1), 'idle_exit': self.idle}
 
@@ -84,8 +84,8 @@ class Server:
         """Serve until idle or asked to stop; the stopper's connection, if any."""
         while not self.terminated:
             self._reap()
-            busy = len(self.workers) - len(self.idle_workers)
-            if not self.children and not busy and time.monotonic() - self.last_active > self.idle:
+            if (not self.children and not self._busy_workers()
+                    and time.monotonic() - self.last_active > self.idle):
                 return None
             channels = [c for pid, c in self.workers.items() if pid not in self.idle_workers]
             readable, _, _ = select.select([self.listener, *channels], [], [], 0.5)
@@ -140,6 +140,9 @@ class Server:
             return conn
         conn.close()
         return None
+
+    def _busy_workers(self) -> int:
+        return len(self.workers) - len(self.idle_workers)
 
     def _to_worker(self, conn: socket.socket) -> bool:
         """Hand ``conn`` to an idle worker, or to a new one if there is room;
