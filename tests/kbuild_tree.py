@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,18 +170,61 @@ class KernelBuild:
         return [self.build / Path(line).with_suffix('.ko') for line in order]
 
 
+#: Free space, in GiB, that a copy of the source and a build of the reference
+#: kernel with DWARF take (du: 1.5 and 0.6 to 0.8), with some to spare.
+SOURCE_GIB, BUILD_GIB = 2.0, 1.5
+_PATCHED_SOURCES: dict[str, Path] = {}
+
+
+def need_space(where: Path, gib: float, what: str) -> None:
+    """Fail, saying so, when the file system of ``where`` has less than
+    ``gib`` GiB free: a full disk otherwise shows as an error of tar or
+    make in whatever test comes next."""
+    free = shutil.disk_usage(where).free / 2**30
+    if free < gib:
+        pytest.fail(f'{where}: {free:.1f} GiB free, {what} needs about {gib} GiB '
+                    '(free some space, or give pytest --basetemp on a larger disk)')
+
+
+def patched_source(parent: Path, version: str) -> Path:
+    """A copy of Linux ``version`` with the integration applied, made once per
+    run in ``parent``/linux-VERSION and shared by every build of that
+    version: each builds in its own O= directory and Kbuild writes nothing
+    in the source (a copy per build took 1.5 GiB each)."""
+    if version not in _PATCHED_SOURCES:
+        need_space(parent, SOURCE_GIB, f'a copy of Linux {version}')
+        src = kernel_source(parent / f'linux-{version}', version)
+        result = apply(src)
+        assert result.returncode == 0, result.stderr
+        _PATCHED_SOURCES[version] = src
+    return _PATCHED_SOURCES[version]
+
+
+@contextmanager
+def touched(path: Path) -> Iterator[None]:
+    """``path`` made newer than anything built from it, then given its old
+    times back: the source is shared, and the other builds of its version
+    must not see the change."""
+    before = path.stat()
+    path.touch()
+    try:
+        yield
+    finally:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 def patched_build(top: Path, version: str, make_args: Sequence[str] = (),
                   targets: Sequence[str] = ('vmlinux', 'modules'),
                   fragment: Path | None = None) -> KernelBuild:
-    """A fresh copy of Linux ``version`` in ``top``/linux, the integration
-    applied, configured (``kbuild-integration/configure``, the reference
+    """Linux ``version`` with the integration applied, configured (``kbuild-integration/configure``, the reference
     config or ``fragment``) and built with ``make OBJBTF=... TARGETS`` in
-    ``top``/build; ``make_args`` go to every make, configure's too."""
+    ``top``/build; ``make_args`` go to every make, configure's too.  The
+    source is ``patched_source``'s, shared with the other builds of
+    ``version``."""
     for tool in ('make', 'gcc', 'pahole', 'bpftool'):
         need(tool)
-    src, build = kernel_source(top / 'linux', version), top / 'build'
-    result = apply(src)
-    assert result.returncode == 0, result.stderr
+    src, build = patched_source(top.parent, version), top / 'build'
+    need_space(top, BUILD_GIB, 'a kernel build')
     run(INTEGRATION / 'configure', src, build, *([fragment] if fragment else []), *make_args)
     tree = KernelBuild(version, src, build, tuple(make_args))
     tree.stderr = tree.make(*targets)

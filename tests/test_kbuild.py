@@ -19,7 +19,8 @@ import pytest
 
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
-                         blob_length, kernel_source, kind_counts, layout_files, sections)
+                         blob_length, kernel_source, kind_counts, layout_files, sections,
+                         touched)
 from objbtf.btf import Kind, parse_btf
 from objbtf.features import DEFAULT, Features
 
@@ -263,8 +264,8 @@ def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
     assert (build / 'vmlinux').stat().st_mtime_ns == vmlinux_mtime
 
     fork_mtime = (build / 'kernel/fork.o').stat().st_mtime_ns
-    (kbuild.src / 'kernel/fork.c').touch()
-    verbose = kbuild.make('V=1', 'vmlinux', 'modules')
+    with touched(kbuild.src / 'kernel/fork.c'):
+        verbose = kbuild.make('V=1', 'vmlinux', 'modules')
     # With V=1, each link says what it did: vmlinux's, then every module's.
     summaries = re.findall(r'^objbtf link: \d+ objects.*$', verbose, re.MULTILINE)
     assert len(summaries) == 1 + len(modules)

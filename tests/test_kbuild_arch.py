@@ -17,7 +17,7 @@ import pytest
 
 from conftest import need, objbtf, run
 from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, kind_counts, layout_files,
-                         objbtf_command, sections)
+                         objbtf_command, sections, touched)
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
@@ -106,8 +106,8 @@ def test_rebuild_after_touching_a_file_gives_the_same_btf(tree):
     clean = sections(tree.build / 'vmlinux')['.BTF'][0]
     clean_kos = {ko: sections(ko)['.BTF'][0] for ko in tree.modules()}
     vmlinux_mtime = (tree.build / 'vmlinux').stat().st_mtime_ns
-    (tree.src / 'kernel/fork.c').touch()
-    verbose = tree.make('V=1', 'vmlinux', 'modules')
+    with touched(tree.src / 'kernel/fork.c'):
+        verbose = tree.make('V=1', 'vmlinux', 'modules')
     assert (tree.build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
     assert re.search(r'^objbtf link: .*\(replayed from the cache\)', verbose, re.M)
     assert sections(tree.build / 'vmlinux')['.BTF'][0] == clean
