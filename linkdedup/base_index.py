@@ -245,18 +245,11 @@ class BaseIndex:
             keys = self._arrays[name + '.k']
             self._tables[name] = (keys, self._arrays[name + '.v'],
                                   65 - len(keys).bit_length(), len(keys) - 1)
-        self.base, self._parser = _lazy_base(raw, self._arrays['offsets'], self.count, self)
+        self.base, self._parser = _lazy_base(raw, self._arrays['offsets'], self.count,
+                                             self._tables['strings'])
 
     def _lookup(self, table: str, key: int) -> int | None:
-        keys, values, shift, mask = self._tables[table]
-        slot = key >> shift
-        while True:
-            found = keys[slot]
-            if found == key:
-                return values[slot]
-            if not found:
-                return None
-            slot = (slot + 1) & mask
+        return _probe(self._tables[table], key)
 
     def by_hash(self, type_hash: int) -> int:
         """The one base type with this structural hash (0: none, or several)."""
@@ -295,17 +288,6 @@ class BaseIndex:
             return None
         return 0 if value & SEVERAL else first
 
-    def string(self, s: str) -> int | None:
-        """The first offset of ``s`` in the base's string section."""
-        try:
-            encoded = s.encode()
-        except UnicodeEncodeError:
-            return None
-        off = self._lookup('strings', digest(encoded))
-        if off is None or self.base.strings[off] != s:
-            return None
-        return off
-
 
 class IndexGroups:
     """dedup's ``BaseGroups`` read from an index."""
@@ -329,13 +311,37 @@ class IndexGroups:
         return self._ids[start:start + (place & _ID_MASK)].tolist()
 
 
+def _probe(table: tuple[memoryview, memoryview, int, int], key: int) -> int | None:
+    """The value of ``key`` in one of ``_table``'s hash tables, or None."""
+    keys, values, shift, mask = table
+    slot = key >> shift
+    while True:
+        found = keys[slot]
+        if found == key:
+            return values[slot]
+        if not found:
+            return None
+        slot = (slot + 1) & mask
+
+
 class _IndexedStrings(StringReader):
     """The base's string section, whose strings ``StringTable`` finds
-    through the index instead of splitting the whole section."""
-    __slots__ = ('index',)
+    through the index's table of them instead of splitting the whole
+    section.  It holds that table, not the index: the index holds it, and
+    a cycle would leave every module link's base types to the cyclic
+    garbage collector."""
+    __slots__ = ('table',)
 
     def find(self, s: str) -> int | None:
-        return self.index.string(s)
+        """The first offset of ``s`` in the section."""
+        try:
+            encoded = s.encode()
+        except UnicodeEncodeError:
+            return None
+        off = _probe(self.table, digest(encoded))
+        if off is None or self[off] != s:
+            return None
+        return off
 
 
 class _Source:
@@ -353,11 +359,11 @@ class _Source:
 
 
 def _lazy_base(raw: bytes, offsets: memoryview, count: int,
-               index: BaseIndex) -> tuple[Btf, TypeParser]:
+               strings_table: tuple[memoryview, memoryview, int, int]) -> tuple[Btf, TypeParser]:
     """The base as a lazy table, and the parser of its types."""
     header = BtfHeader.read(raw)
     strings = _IndexedStrings(header.strings(raw))
-    strings.index = index
+    strings.table = strings_table
     parser = TypeParser(header.types(raw), order_char(header.order), strings)
     return Btf.lazy(count - 1, _Source(parser, offsets), None, header.order, strings), parser
 

@@ -191,14 +191,24 @@ def link(path: str, *, features: Features, base_path: str | None = None,
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
     if base_index is not None and not base_path:
         raise LinkError(f'{path}: --base-index is for a module link, with --base')
-    with gc_paused():        # the link builds tens of thousands of types, and no cycles
-        if base_path:
-            state.base, state.index = _load_base(base_path, base_index, state.progress)
-        with ElfFile.open(path) as elf:
-            state.elf = elf
-            run_passes(state, LINK)
+    # The link builds tens of thousands of objects and no cycles: the
+    # collector, paused, would only walk them; the state goes before it
+    # resumes, or its first collection walks all that is still alive.
+    with gc_paused():
+        summary = _linked(state)
+        del state
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _linked(state: LinkState) -> Summary:
+    """``link``'s work on ``state``."""
+    if state.base_path:
+        state.base, state.index = _load_base(state.base_path, state.base_index, state.progress)
+    with ElfFile.open(state.path) as elf:
+        state.elf = elf
+        run_passes(state, LINK)
     state.progress.done()
-    state.summary.seconds = time.monotonic() - started
     return state.summary
 
 
