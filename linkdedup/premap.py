@@ -115,12 +115,13 @@ class _Taint:
             if not self._resolves_to_base(token, ks):
                 self.seeds += ks
         self._spread(self.seeds)
-        pairs = self.pairs
+        firsts = self._first_walks(self.pairs)
+        pairs = list(range(len(self.pairs)))
         while pairs:
-            left = [p for p in pairs if self._walked_apart(*p)]
-            for definition, forward in pairs:
-                if (definition, forward) not in left:
-                    self._spread([definition, forward])
+            left = [i for i in pairs if self._walked_apart(*firsts[i])]
+            for i in pairs:
+                if i not in left:
+                    self._spread(list(self.pairs[i]))
             if len(left) == len(pairs):
                 break
             pairs = left
@@ -167,29 +168,53 @@ class _Taint:
             self.pairs.append((same[0], forwards[0]))
         return True
 
-    def _walked_apart(self, definition: int, forward: int) -> bool:
+    def _walked_apart(self, first: int, reaches_both: bool) -> bool:
         """Whether dedup resolves a FWD and its definition before any
         struct walk meets both: a walk that did would fail, and leave its
         type in the module.  The walks go in id order, so the first walk
-        to meet either (that of the first struct, union or typedef that
-        reaches it) must reach only one, and succeed (it is untainted and
-        the base has it), which resolves it."""
-        above_def, above_fwd = self._above(definition), self._above(forward)
-        first = min(k for k in above_def | above_fwd if self.merged[k].kind in _WALKED)
-        return (not self.tainted[first] and self.index.by_hash(self.hashes[first]) != 0
-                and not (first in above_def and first in above_fwd))
+        to meet either (``first``, from ``_first_walks``) must reach only
+        one, and succeed (it is untainted and the base has it), which
+        resolves it."""
+        return (not reaches_both and not self.tainted[first]
+                and self.index.by_hash(self.hashes[first]) != 0)
 
-    def _above(self, k: int) -> set[int]:
-        """``k`` and every type that reaches it."""
+    def _first_walks(self, pairs: list[tuple[int, int]]) -> list[tuple[int, bool]]:
+        """Per pair (definition, FWD): the first struct, union or typedef in
+        id order that reaches either (itself included), and whether it
+        reaches both.  One walk up the users for all the pairs: each type
+        collects two bits per pair, one for each end it reaches, and passes
+        on only the bits it had not seen (the ends share most of what
+        reaches them: veth.ko's 16 reach about 1,400 types each)."""
+        reach = [0] * len(self.merged)
         users = self.users
-        seen = {k}
-        queue = [k]
-        while queue:
-            for u in users[queue.pop()]:
-                if u not in seen:
-                    seen.add(u)
+        pending: dict[int, int] = {}        # bits on their way to a type, merged
+        for bit, end in enumerate(e for pair in pairs for e in pair):
+            pending[end] = pending.get(end, 0) | 1 << bit
+        queue = list(pending)               # breadth first: bits of many ends travel together
+        for k in queue:
+            new = pending.pop(k) & ~reach[k]
+            if not new:
+                continue
+            reach[k] |= new
+            for u in users[k]:
+                if u in pending:
+                    pending[u] |= new
+                else:
+                    pending[u] = new
                     queue.append(u)
-        return seen
+        firsts: dict[int, tuple[int, bool]] = {}
+        merged = self.merged
+        for k, bits in enumerate(reach):
+            if not bits or merged[k].kind not in _WALKED:
+                continue
+            for i in range(len(pairs)):
+                ends = (bits >> 2 * i) & 3
+                if ends and i not in firsts:
+                    firsts[i] = (k, ends == 3)
+            if len(firsts) == len(pairs):
+                break
+        # (a definition is a struct or union: walked itself)
+        return [firsts[i] for i in range(len(pairs))]
 
 
 def _without(btf: Btf, premapped: dict[int, int]) -> Btf:
