@@ -12,7 +12,8 @@ import posix
 import sys
 
 #: The modules setup.py compiles, relative to this package.
-COMPILED = ('btf.hashing', 'btf.strings', 'btf.types', 'btf.validate', 'btf.writer',
+COMPILED = ('btf.hashing', 'btf.reader', 'btf.strings', 'btf.types', 'btf.validate', 'btf.writer',
+            'compiler_btf.loader',
             'dwarf.constants', 'dwarf.loader', 'dwarf.reader')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'

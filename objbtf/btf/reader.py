@@ -25,7 +25,8 @@ from .kinds import (
     KindInfo, KindRegistry, ARRAY as _ARRAY, FUNC_PROTO as _FUNC_PROTO, UNKN as _UNKN,
 )
 from .strings import StringReader
-from .types import Btf, BtfType, Enumerator, Head, Member, Param, VarSecinfo, gc_paused
+from .types import (Btf, BtfType, Detail, Enumerator, Head, Member, Param, VarSecinfo,
+                    gc_paused)
 
 #: Builds an entry from a tuple of its fields, without the namedtuple's
 #: Python-level ``__new__``.
@@ -57,7 +58,7 @@ def parse_btf(data: bytes, base: Btf | None = None, shift: int = 0,
     parser = TypeParser(h.types(data), order_char(h.order), strings, shift, kinds)
     first_id = base.next_id if base is not None else 1
     with gc_paused():
-        section = _Section(parser, first_id, h.order, void=base is None, words=words)
+        section = _Section(parser, strings, first_id, h.order, void=base is None, words=words)
     if offsets is not None:
         offsets += section.offsets
     return Btf.lazy(len(section.offsets), section, base, h.order, strings)
@@ -67,9 +68,10 @@ class TypeParser:
     """Decodes single types of one blob's type section.
 
     ``shift`` is added to every non-void type id a type refers to.
+    ``tdata`` may be a view into a file the link mapped.
     """
 
-    def __init__(self, tdata: bytes, e: str, name: StringReader, shift: int = 0,
+    def __init__(self, tdata: bytes | memoryview, e: str, name: dict[int, str], shift: int = 0,
                  kinds: KindRegistry = KINDS):
         self.tdata = tdata
         self.name = name
@@ -251,9 +253,10 @@ class _Section:
     head.  The scan checks all that parsing checks, so parsing a type later
     cannot fail."""
 
-    def __init__(self, parser: TypeParser, first_id: int, order: str, void: bool,
-                 words: list[int] | None = None):
+    def __init__(self, parser: TypeParser, strings: StringReader, first_id: int, order: str,
+                 void: bool, words: list[int] | None = None):
         self.parser = parser
+        self.strings = strings          # the parser's names
         self.first_id = first_id
         self.void = int(void)           # whether its table's types start with void
         self.offsets: list[int] = []
@@ -272,14 +275,14 @@ class _Section:
         """Walks the headers, as 32-bit words (every type is a whole number of
         them), put in ``keep`` if given; a type that may be broken is parsed,
         to raise parsing's own error."""
-        parser = self.parser
-        tdata, names, shift = parser.tdata, parser.name, parser.shift
+        parser, names = self.parser, self.strings
+        tdata, shift = parser.tdata, parser.shift
         scan = _scan_layouts(parser.kinds)
         nw = len(tdata) >> 2
-        words = array(_U32, tdata[:nw << 2])
+        packed = array(_U32, tdata[:nw << 2])
         if order != sys.byteorder:
-            words.byteswap()
-        words = words.tolist()
+            packed.byteswap()
+        words: list[int] = packed.tolist()
         if keep is not None:
             keep[:] = words
         names.load_all()
@@ -300,12 +303,12 @@ class _Section:
                     or (stride and vlen and max(words[w + names_at:end:stride]) >= limit)
                     or (int_data and words[w + 3] & _INT_RESERVED)):
                 parser.parse(w << 2, type_id)
+            detail: Detail
             if kind is _ARRAY:
                 st, detail = words[w + 3], words[w + 5]
             elif kind is _FUNC_PROTO:
-                detail = tuple(words[w + 4:end:2])
-                if shift:
-                    detail = tuple([t + shift if t else 0 for t in detail])
+                params = words[w + 4:end:2]
+                detail = tuple([t + shift if t else 0 for t in params] if shift else params)
             else:
                 detail = 0
             add_offset(w << 2)

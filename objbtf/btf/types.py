@@ -239,7 +239,8 @@ VOID: Final = BtfType(Kind.UNKN)
 #: type), vlen, and what tells apart more types of those: an ARRAY's element
 #: count, a FUNC_PROTO's parameter types (else 0).  Enough to index a base
 #: table for dedup without parsing it.
-Head = tuple[Kind, str, int, int, object]
+Detail = int | tuple[int, ...]
+Head = tuple[Kind, str, int, int, Detail]
 
 
 def head(t: BtfType) -> Head:

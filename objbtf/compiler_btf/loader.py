@@ -27,8 +27,9 @@ An object objbtf has encoded has objbtf's own ``.BTF``, which is no source:
 """
 from __future__ import annotations
 
-from collections import namedtuple
+from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
+from typing import NamedTuple, cast
 
 from ..btf.errors import BtfError
 from ..btf.kinds import (
@@ -61,17 +62,22 @@ _PLAIN_REFERENCES = _ONE_REF - {Kind.DECL_TAG}
 _new = tuple.__new__
 
 
-class Loaded(namedtuple('Loaded', 'btf entries functions variables facts')):
+class Loaded(NamedTuple):
     """Amended types, each chosen variable's placement by section, counts,
     the functions' facts for the link (``objbtf.functions``): only
     FACT_WEAK, which the symbols give; GCC's BTF has no parameter
     locations for the others."""
-    __slots__ = ()
+    btf: Btf
+    entries: dict[int, list[tuple[VarPlacement, int]]]
+    functions: int
+    variables: int
+    facts: dict[str, int]
 
 
 def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
     """Encode an object from the compiler's BTF in its .BTF section."""
     sec = elf.section_by_name(BTF_SECTION)
+    assert sec is not None          # encode_file looked first
     loaded = load_compiler_btf(elf, elf.section_data(sec), features)
     return finish_encoding(loaded.btf, elf, loaded.entries, name, loaded.functions,
                            loaded.variables, loaded.facts, source="its compiler's BTF")
@@ -99,6 +105,7 @@ class _Loader:
         self.heads = [(Kind.UNKN, '', 0, 0, 0), *src.heads()]
         self.words = words
         self.at = [0, *[off >> 2 for off in offsets]]    # where each type's words start
+        assert src.strings is not None      # parse_btf's tables have theirs
         self.names = src.strings
         self.f = features
         self.pointer_size = 4 if elf.elf_class == 32 else 8
@@ -151,8 +158,8 @@ class _Loader:
                     t.linkage = self._var_linkage(i)
             elif k in _COMPOSITE:
                 end = w + 3 + 3 * vlen
-                offsets = words[w + 5:end:3]
-                bits = repeat(0, vlen)
+                offsets: Iterable[int] = words[w + 5:end:3]
+                bits: Iterable[int] = repeat(0, vlen)
                 if kflag:
                     offsets, bits = [o & 0xffffff for o in offsets], [o >> 24 for o in offsets]
                 members = zip(map(names, words[w + 3:end:3]), map(ids, words[w + 4:end:3]),
@@ -165,7 +172,7 @@ class _Loader:
                 t = BtfType(k, name, 0, new_id[st], kflag, 0, 0, 0, 0, 0, 0, -1,
                             tuple(map(_new, repeat(Param), params)))
             elif k is _ARRAY:
-                elem, nelems = self._flat_array(st, detail)
+                elem, nelems = self._flat_array(st, cast(int, detail))
                 t = BtfType(k, '', 0, new_id[elem], 0, 0, 0, 0, index_type, nelems)
             elif k is _FWD:
                 t = declared_enum(name) if st == CTF_K_ENUM else BtfType(k, name, 0, 0, kflag)
@@ -208,14 +215,16 @@ class _Loader:
                 array_users.add(st)
                 continue
             if k is _FUNC_PROTO:
-                if st >= n or (detail and max(detail) >= n):
-                    self._refers_past(i, k, max((st, *detail)))
+                params = cast(tuple, detail)
+                if st >= n or (params and max(params) >= n):
+                    self._refers_past(i, k, max((st, *params)))
                 array_users.add(st)
-                array_users.update(detail)
+                array_users.update(params)
                 continue
             if k is _DATASEC:
                 keep[i] = False
                 continue
+            refs: Sequence[int]
             if k in _COMPOSITE:
                 w = at[i]
                 refs = words[w + 4:w + 3 + 3 * vlen:3]
@@ -293,7 +302,7 @@ class _Loader:
         if k in _MODIFIERS:
             return self._size(size_or_type, depth + 1)
         if k is _ARRAY:
-            return nelems * self._size(size_or_type, depth + 1)
+            return cast(int, nelems) * self._size(size_or_type, depth + 1)
         return 0
 
     # ---- new ids ---------------------------------------------------------
@@ -394,7 +403,7 @@ class _Loader:
             k, _, inner_elem, _, inner_nelems = self.heads[elem]
             if k is not _ARRAY:
                 break
-            nelems *= inner_nelems
+            nelems *= cast(int, inner_nelems)
             elem = inner_elem
         return elem, nelems & 0xffffffff
 
@@ -404,4 +413,4 @@ def _place_key(sym: Symbol) -> tuple[int, int, str]:
 
 
 def _is_int(t: BtfType) -> bool:
-    return t.kind is Kind.INT and t.name == 'int' and t.size == 4 and t.encoding & INT_SIGNED
+    return t.kind is Kind.INT and t.name == 'int' and t.size == 4 and bool(t.encoding & INT_SIGNED)
