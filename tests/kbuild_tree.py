@@ -29,7 +29,7 @@ from conftest import KERNEL_DIR, ROOT, need, objbtf, run
 
 INTEGRATION = ROOT / 'kbuild-integration'
 #: The files each version's patches change, relative to the top of the source.
-_PATCHED = ['scripts/Makefile.build', 'scripts/Makefile.lib', 'scripts/mod/modpost.c',
+_PATCHED = ['scripts/Kbuild.include', 'scripts/Makefile.build', 'scripts/Makefile.lib', 'scripts/mod/modpost.c',
             'scripts/Makefile.vmlinux', 'scripts/Makefile.modfinal', 'scripts/link-vmlinux.sh',
             'include/asm-generic/vmlinux.lds.h']
 PATCHED = {'6.1': _PATCHED + ['lib/Kconfig.debug'], '6.12': _PATCHED}

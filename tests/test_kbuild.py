@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import re
 import shutil
 from collections import Counter
@@ -19,8 +20,8 @@ import pytest
 
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
-                         blob_length, kernel_source, kind_counts, layout_files, sections,
-                         touched)
+                         blob_length, kernel_source, kind_counts, layout_files,
+                         objbtf_command, quick_command, sections, touched)
 from objbtf.btf import Kind, parse_btf
 from objbtf.features import DEFAULT, Features
 
@@ -136,6 +137,59 @@ def test_apply_refuses_a_directory_that_is_no_kernel(tmp_path):
     assert 'is not a Linux tree this integration supports (Linux 6.1, 6.12)' in result.stderr
 
 
+# --- the command every make of a build runs objbtf with ----------------------
+
+#: A Makefile that includes Kbuild.include and runs a sub-make that does the
+#: same, each printing what it has in OBJBTF, as Kbuild's makes do.
+RESOLVE_MAKEFILE = """\
+include $(SRC)/scripts/Kbuild.include
+all:
+\t@echo 'top: $(OBJBTF)'
+\t@$(MAKE) -s -f $(firstword $(MAKEFILE_LIST)) sub
+sub:
+\t@echo 'sub: $(OBJBTF)'
+"""
+#: Stands for objbtf: logs each call; ``server command`` prints its argument
+#: as the quick command, or fails without one.
+FAKE_OBJBTF = """\
+#!/bin/sh
+echo "$*" >> "$0.log"
+[ "$1 $2" = "server command" ] && [ -n "$QUICK" ] && echo "$QUICK" && exit 0
+exit 1
+"""
+
+
+@pytest.mark.parametrize('version', ['6.1', '6.12'])
+@pytest.mark.parametrize('quick', ['/opt/objbtf/objbtf-client', ''])
+def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick):
+    """The patched Kbuild.include asks OBJBTF for its quick command once, in
+    the top make, and every sub-make runs objbtf with it; when OBJBTF
+    cannot say, OBJBTF as given."""
+    tree = apply_tree(tmp_path, version)
+    assert apply(tree).returncode == 0
+    (tmp_path / 'Makefile').write_text(RESOLVE_MAKEFILE)
+    fake = tmp_path / 'objbtf'
+    fake.write_text(FAKE_OBJBTF)
+    fake.chmod(0o755)
+    r = run('make', '-s', '-C', tmp_path, f'SRC={tree}', f'OBJBTF={fake}',
+            env={**os.environ, 'QUICK': quick})
+    expected = quick or str(fake)
+    assert r.stdout.splitlines() == [f'top: {expected}', f'sub: {expected}']
+    assert (tmp_path / 'objbtf.log').read_text().splitlines() == ['server command']
+
+
+def test_the_real_objbtf_names_its_quick_command(tmp_path):
+    """What the patched Kbuild.include gets from the installed objbtf is what
+    ``objbtf server command`` prints: the quick client."""
+    tree = apply_tree(tmp_path, '6.1')
+    assert apply(tree).returncode == 0
+    (tmp_path / 'Makefile').write_text(RESOLVE_MAKEFILE)
+    r = run('make', '-s', '-C', tmp_path, f'SRC={tree}', f'OBJBTF={objbtf_command()}')
+    quick = quick_command()
+    assert quick != objbtf_command()
+    assert r.stdout.splitlines() == [f'top: {quick}', f'sub: {quick}']
+
+
 # --- a real build -------------------------------------------------------------
 
 #: The versions built end to end, each once per run (conftest.py's kbuild_* fixtures).
@@ -160,6 +214,14 @@ def test_objects_carry_btf_and_other_elf_files_do_not(kbuild):
     assert '.BTF' in fork and '.rela.BTF' in fork
     # The vDSO image is an ELF file mapped into every process: no BTF there.
     assert '.BTF' not in sections(kbuild.build / 'arch/x86/entry/vdso/vdso64.so')
+
+
+@pytest.mark.kernel
+def test_objects_are_encoded_through_the_quick_command(kbuild):
+    """make OBJBTF=objbtf encodes each object with what ``objbtf server
+    command`` prints, not by starting the objbtf script."""
+    saved = (kbuild.build / 'kernel/.fork.o.cmd').read_text()
+    assert f'; {quick_command()} encode -q ' in saved
 
 
 @pytest.mark.kernel
