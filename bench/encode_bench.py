@@ -8,9 +8,9 @@ measures the CPU time (user + system, children included) of:
     objtool excluded) with its output sent to a temporary file;
   - ``objbtf encode`` as Kbuild would run it: one command per object, from a
     plain install in bench/.venv, through the client ``objbtf server
-    command`` prints (the one kbuild-integration/README.md recommends; the
-    C client when it is built), or with ``--client installed`` the
-    ``objbtf`` script (what plain OBJBTF=objbtf runs); with a resident
+    command`` prints (the one the integration asks objbtf for and runs,
+    kbuild-integration/README.md; the C client when it is built), or with
+    ``--client installed`` the ``objbtf`` script; with a resident
     server, the CPU of the server's work for it counts too (accounting.py:
     the server is reparented to this process, and its tree's CPU is read
     before and after);

@@ -13,8 +13,9 @@ The variants:
            --gbtf is --variant 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
 
 ``{objbtf}`` in make arguments is the objbtf under test: --objbtf-tree (default
-this checkout) installed into WORK/venv, as a user installs it; with a
-resident server, the quick client that ``objbtf server command`` prints.  A
+this checkout) installed into WORK/venv, as a user installs it, and given as
+a user gives it (the console script; the integration asks it once for its
+quick client, kbuild-integration/README.md).  A
 variable the patched Kbuild never mentions is refused (e.g. OBJBTF_GBTF
 before the DWARF-less switch exists).  Each variant's make arguments also
 go to its ``configure`` (Kconfig may read them).
@@ -63,7 +64,7 @@ from pathlib import Path
 
 from accounting import (become_subreaper, machine_cpu, own_cpu, server_supported,
                         settle_servers, stop_servers, tree_cpu)
-from install import clean_env, installed_objbtf, quick_client
+from install import clean_env, installed_objbtf
 from projection import PHASES, Phase, build_wall
 from trust import OTHERS_LIMIT, doubts, paired_ratio
 
@@ -239,10 +240,7 @@ def run(opts, work: Path, records: Path) -> dict:
     objbtf = installed_objbtf(opts.objbtf_tree, work / 'venv')
     env = clean_env(LC_ALL='C')
     resident = server_supported([objbtf], env)
-    command = objbtf
-    if resident:
-        command = shlex.join(quick_client(objbtf, env))
-    variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), command)
+    variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), objbtf)
     if opts.without:
         variants = {name: args for name, args in variants.items() if name not in opts.without}
     src = source_tree(work, integration)
