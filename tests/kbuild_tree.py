@@ -29,9 +29,9 @@ from conftest import KERNEL_DIR, ROOT, need, objbtf, run
 
 INTEGRATION = ROOT / 'kbuild-integration'
 #: The files each version's patches change, relative to the top of the source.
-_PATCHED = ['scripts/Kbuild.include', 'scripts/Makefile.build', 'scripts/Makefile.lib', 'scripts/mod/modpost.c',
-            'scripts/Makefile.vmlinux', 'scripts/Makefile.modfinal', 'scripts/link-vmlinux.sh',
-            'include/asm-generic/vmlinux.lds.h']
+_PATCHED = ['scripts/Kbuild.include', 'scripts/Makefile.build', 'scripts/Makefile.lib',
+            'scripts/mod/modpost.c', 'scripts/Makefile.vmlinux', 'scripts/Makefile.modfinal',
+            'scripts/link-vmlinux.sh', 'include/asm-generic/vmlinux.lds.h']
 PATCHED = {'6.1': _PATCHED + ['lib/Kconfig.debug'], '6.12': _PATCHED}
 
 
@@ -216,8 +216,9 @@ def touched(path: Path) -> Iterator[None]:
 def patched_build(top: Path, version: str, make_args: Sequence[str] = (),
                   targets: Sequence[str] = ('vmlinux', 'modules'),
                   fragment: Path | None = None) -> KernelBuild:
-    """Linux ``version`` with the integration applied, configured (``kbuild-integration/configure``, the reference
-    config or ``fragment``) and built with ``make OBJBTF=... TARGETS`` in
+    """Linux ``version`` with the integration applied, configured
+    (``kbuild-integration/configure``, the reference config or
+    ``fragment``) and built with ``make OBJBTF=... TARGETS`` in
     ``top``/build; ``make_args`` go to every make, configure's too.  The
     source is ``patched_source``'s, shared with the other builds of
     ``version``."""
