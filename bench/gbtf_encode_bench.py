@@ -48,6 +48,7 @@ from resident_bench import child_cpu, run_phase  # noqa: E402
 #: printing the CPU of each call as JSON.
 CHILD = r'''
 import json, os, shutil, sys, tempfile, time
+import objbtf
 from objbtf.encode_file import encode_path
 from objbtf.features import Features
 features = Features()
@@ -60,7 +61,8 @@ def once(path):
     return time.process_time() - start
 for path in objs:
     once(path)
-print(json.dumps([[once(path) for _ in range(reps)] for path in objs]))
+print(json.dumps({'code': objbtf.implementation(),
+                  'times': [[once(path) for _ in range(reps)] for path in objs]}))
 shutil.rmtree(os.path.dirname(work))
 '''
 
@@ -84,9 +86,13 @@ def make_sample(build: Path, every: int, dest: Path) -> tuple[list[Path], float]
     return paths, cpu
 
 
-def in_process(trees: dict[str, Path], objs: list[Path], rounds: int, reps: int) -> dict:
+def in_process(trees: dict[str, Path], objs: list[Path], rounds: int,
+               reps: int) -> tuple[dict, dict[str, str]]:
     """Per tree: (median over rounds of the summed per-object medians,
-    sum of the per-object minima), in seconds."""
+    sum of the per-object minima), in seconds; and which code each ran
+    (``objbtf.implementation()``: a worktree of another commit has no
+    compiled modules)."""
+    code: dict[str, str] = {}
     sums: dict[str, list[float]] = {name: [] for name in trees}
     best: dict[str, list[float]] = {name: [float('inf')] * len(objs) for name in trees}
     names = list(trees)
@@ -95,12 +101,13 @@ def in_process(trees: dict[str, Path], objs: list[Path], rounds: int, reps: int)
             out = subprocess.run([sys.executable, '-c', CHILD, str(reps), *map(str, objs)],
                                  env={**clean_env(), 'PYTHONPATH': str(trees[name])},
                                  capture_output=True, text=True, check=True).stdout
-            times = json.loads(out)
+            child = json.loads(out)
+            code[name], times = child['code'], child['times']
             sums[name].append(sum(statistics.median(t) for t in times))
             best[name] = [min(b, *t) for b, t in zip(best[name], times)]
             print(f'round {r + 1}/{rounds} {name}: {1000 * sums[name][-1] / len(objs):.1f} ms '
                   'per object', file=sys.stderr)
-    return {name: (statistics.median(sums[name]), sum(best[name])) for name in trees}
+    return {name: (statistics.median(sums[name]), sum(best[name])) for name in trees}, code
 
 
 def as_built(trees: dict[str, Path], objs: list[Path], rounds: int, work: Path) -> dict:
@@ -161,13 +168,16 @@ def main() -> int:
                      f'CPU each); this checkout at {_rev(here)}'
                      + (f', against {args.against} at {_rev(trees["against"])}' if args.against
                         else '')]
-            ip = in_process(trees, objs, args.rounds, args.reps)
+            ip, code = in_process(trees, objs, args.rounds, args.reps)
             lines.append(f'in process, encode_path CPU per object ({args.rounds} rounds in turns, '
                          f'{args.reps} encodes of each object per round):')
             for name, (med, best) in ip.items():
                 lines.append(f'  {name:8} median {1000 * med / len(objs):6.1f} ms, best '
                              f'{1000 * best / len(objs):6.1f} ms  ({med / compile_cpu:.3f} of the '
-                             'compile)')
+                             f'compile; {code[name]})')
+            if len(set(code.values())) > 1:
+                lines.append('  (not alike: one side runs compiled modules, the other not; '
+                             '--server compares two installs)')
             if args.against:
                 (m_this, b_this), (m_against, b_against) = ip['this'], ip['against']
                 lines.append(f'  this / against: median {m_this / m_against:.2f}, best '
