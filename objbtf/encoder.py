@@ -286,12 +286,16 @@ class _Placer:
             sec = self.elf.debug_section(section)
             rsec = self.elf.reloc_section_for(sec.index) if sec is not None else None
             if rsec is not None:
-                implicit = self.elf.section_data(sec) if rsec.type == SHT_REL else None
+                # Only an address's relocations: what a variable's location holds.
                 width = 4 if self.elf.elf_class == 32 else 8
-                for off, sym, _type, addend in self.elf.relocations(rsec):
-                    if implicit is not None:
-                        addend = int.from_bytes(implicit[off:off + width], self.elf.byteorder)
-                    m[off] = (sym, addend)
+                address = {num for num, t in arch_for(self.elf).types.items()
+                           if t.width == width}
+                m = {off: (sym, addend) for off, sym, rtype, addend in self.elf.relocations(rsec)
+                     if rtype in address}
+                if rsec.type == SHT_REL:
+                    data = self.elf.section_data(sec)
+                    m = {off: (sym, int.from_bytes(data[off:off + width], self.elf.byteorder))
+                         for off, (sym, _) in m.items()}
             self._relocs[section] = m
         return m
 

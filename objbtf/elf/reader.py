@@ -106,6 +106,7 @@ class ElfFile:
         self._by_name: dict[str, Section] | None = None
         self._relocs_for: dict[int, Section] | None = None
         self._symbols: list[Symbol] | None = None
+        self._relocations: dict[int, list[Relocation]] = {}
         self._inflated: dict[int, bytes] = {}
         #: (device, inode, size, mtime) of the file it was read from, if any
         self.identity: tuple[int, int, int, int] | None = None
@@ -385,7 +386,15 @@ class ElfFile:
 
     def relocations(self, sec: Section) -> list[Relocation]:
         """(offset, symbol index, type, addend) of every entry of a REL/RELA
-        section; REL entries get addend 0 (theirs is in the target's bytes)."""
+        section; REL entries get addend 0 (theirs is in the target's bytes).
+        Read once: the encoder asks twice for .debug_info's (to relocate it,
+        then to place variables), which holds about 100,000 of them."""
+        rels = self._relocations.get(sec.index)
+        if rels is None:
+            rels = self._relocations[sec.index] = self._read_relocations(sec)
+        return rels
+
+    def _read_relocations(self, sec: Section) -> list[Relocation]:
         if sec.type not in (SHT_REL, SHT_RELA):
             raise ElfError(f'section {sec.name} is not a relocation section')
         layout = self.layout
