@@ -13,7 +13,7 @@ import sys
 
 #: The modules setup.py compiles, relative to this package.
 COMPILED = ('btf.hashing', 'btf.reader', 'btf.strings', 'btf.types', 'btf.validate', 'btf.writer',
-            'compiler_btf.loader',
+            'compiler_btf.loader', 'elf.reader', 'elf.relocs',
             'dwarf.constants', 'dwarf.loader', 'dwarf.reader')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'

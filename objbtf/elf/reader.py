@@ -9,8 +9,8 @@ import mmap
 import os
 import struct
 import zlib
-from collections import namedtuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD,
                      ELFDATA2LSB, ELFDATA2MSB, SHF_COMPRESSED, SHN_XINDEX,
@@ -54,15 +54,31 @@ LAYOUTS = {(bits, order): Layout(bits, order)
 MAX_ALIGN = 1 << 24
 
 
-class Section(namedtuple('Section', 'index name type flags addr offset size link info '
-                                    'addralign entsize name_offset')):
+class Section(NamedTuple):
     """One section header; ``name_offset`` is sh_name, kept for rewriting."""
-    __slots__ = ()
+    index: int          # type: ignore[assignment]  # (a field, over tuple.index)
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    addralign: int
+    entsize: int
+    name_offset: int
 
 
-class Symbol(namedtuple('Symbol', 'index name value size type bind shndx')):
+class Symbol(NamedTuple):
     """One symbol table entry; ``shndx`` is already resolved through SHT_SYMTAB_SHNDX."""
-    __slots__ = ()
+    index: int          # type: ignore[assignment]  # (a field, over tuple.index)
+    name: str
+    value: int
+    size: int
+    type: int
+    bind: int
+    shndx: int
 
 
 Relocation = tuple[int, int, int, int]   # (offset, symbol index, type, addend)

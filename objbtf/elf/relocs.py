@@ -6,15 +6,15 @@ from the file, so big-endian variants of a machine need no entry of their own.
 from __future__ import annotations
 
 import struct
-from collections import namedtuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL
 from .errors import ElfError
 from .reader import ElfFile, Section
 
 
-class RelocType(namedtuple('RelocType', 'name width kind')):
+class RelocType(NamedTuple):
     """What one relocation type does to the bytes at its offset.
 
     kind is 'abs' (S + A), 'none' (nothing) or 'pcrel' (S + A - P, which has no
@@ -22,10 +22,12 @@ class RelocType(namedtuple('RelocType', 'name width kind')):
     TLS offsets (DTPOFF and kin) are 'abs': S is the variable's offset in its
     TLS section, the best an unlinked object can say.
     """
-    __slots__ = ()
+    name: str
+    width: int
+    kind: str
 
 
-class Arch(namedtuple('Arch', 'name rela abs32 abs32_signed abs64 wide types')):
+class Arch(NamedTuple):
     """Relocation facts of one machine.
 
     ``abs32`` is the type that makes a 32-bit field hold a symbol's address;
@@ -42,7 +44,13 @@ class Arch(namedtuple('Arch', 'name rela abs32 abs32_signed abs64 wide types')):
     (arm64 kernels live at 0xffff8000xxxxxxxx, which overflows
     R_AARCH64_ABS32).
     """
-    __slots__ = ()
+    name: str
+    rela: bool
+    abs32: int
+    abs32_signed: bool
+    abs64: int | None
+    wide: bool
+    types: dict[int, RelocType]
 
     def reloc_section_name(self, target: str) -> str:
         """'.rela.X' or '.rel.X' for section X, as the ABI names it."""
