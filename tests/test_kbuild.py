@@ -140,14 +140,15 @@ def test_apply_refuses_a_directory_that_is_no_kernel(tmp_path):
 # --- the command every make of a build runs objbtf with ----------------------
 
 #: A Makefile that includes Kbuild.include and runs a sub-make that does the
-#: same, each printing what it has in OBJBTF, as Kbuild's makes do.
+#: same, each printing what it has in OBJBTF, and what its commands have in
+#: their environment (Kconfig and link-vmlinux.sh read it there).
 RESOLVE_MAKEFILE = """\
 include $(SRC)/scripts/Kbuild.include
 all:
-\t@echo 'top: $(OBJBTF)'
+\t@echo "top: $(OBJBTF) $$OBJBTF"
 \t@$(MAKE) -s -f $(firstword $(MAKEFILE_LIST)) sub
 sub:
-\t@echo 'sub: $(OBJBTF)'
+\t@echo "sub: $(OBJBTF) $$OBJBTF"
 """
 #: Stands for objbtf: logs each call; ``server command`` prints its argument
 #: as the quick command, or fails without one.
@@ -174,7 +175,7 @@ def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick
     r = run('make', '-s', '-C', tmp_path, f'SRC={tree}', f'OBJBTF={fake}',
             env={**os.environ, 'QUICK': quick})
     expected = quick or str(fake)
-    assert r.stdout.splitlines() == [f'top: {expected}', f'sub: {expected}']
+    assert r.stdout.splitlines() == [f'top: {expected} {expected}', f'sub: {expected} {expected}']
     assert (tmp_path / 'objbtf.log').read_text().splitlines() == ['server command']
 
 
@@ -187,7 +188,7 @@ def test_the_real_objbtf_names_its_quick_command(tmp_path):
     r = run('make', '-s', '-C', tmp_path, f'SRC={tree}', f'OBJBTF={objbtf_command()}')
     quick = quick_command()
     assert quick != objbtf_command()
-    assert r.stdout.splitlines() == [f'top: {quick}', f'sub: {quick}']
+    assert r.stdout.splitlines() == [f'top: {quick} {quick}', f'sub: {quick} {quick}']
 
 
 # --- a real build -------------------------------------------------------------

@@ -8,6 +8,7 @@ every percpu variable, the modules, a rebuild.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections import Counter
@@ -245,9 +246,10 @@ def test_lto_builds_fall_back_to_pahole_and_say_so(tmp_path, version, lto):
     probe.write_text(LTO_PROBE)
 
     def make_probe(obj: str, *extra: str) -> subprocess.CompletedProcess:
+        # (OBJBTF_COMMAND as the top make would hand it down: no objbtf is asked)
         return run(need('make'), '-s', '-f', probe, f'srctree={src}', f'obj={obj}', *extra,
                    'CONFIG_DEBUG_INFO_BTF=y', f'CONFIG_LTO_CLANG={lto}', 'OBJBTF=objbtf',
-                   f'{obj}/fork.o')
+                   f'{obj}/fork.o', env={**os.environ, 'OBJBTF_COMMAND': 'objbtf'})
 
     top, kernel = make_probe('.', 'need-builtin=1'), make_probe('kernel')
     if lto:
