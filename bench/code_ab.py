@@ -132,7 +132,8 @@ def worker(args: argparse.Namespace) -> int:
         cpu, digest = link_part(Path(args.tree), work)
     else:
         cpu, digest = modules_part(Path(args.tree), Path(args.vmlinux_btf), work)
-    print(json.dumps({'cpu': cpu, 'digest': digest}))
+    import objbtf
+    print(json.dumps({'cpu': cpu, 'digest': digest, 'code': objbtf.implementation()}))
     return 0
 
 
@@ -209,6 +210,7 @@ def main() -> int:
                            build, tree)
         cpu: dict[str, dict[str, list[float]]] = {s: {} for s in sides}
         digests: dict[str, set[str]] = {}
+        code: dict[str, set[str]] = {s: set() for s in sides}
         others = wall = 0.0
         for r in range(args.rounds):
             order = list(sides) if r % 2 == 0 else list(sides)[::-1]
@@ -223,13 +225,15 @@ def main() -> int:
                     for name, seconds in out['cpu'].items():
                         cpu[side].setdefault(name, []).append(seconds)
                     digests.setdefault(part, set()).add(out['digest'])
+                    code[side].add(out['code'])
                 print(f'round {r + 1}: {part} done', file=sys.stderr)
         others_share = others / (wall * len(os.sched_getaffinity(0)))
         count = len(objects(build)[::args.every])
     differ = [part for part, found in digests.items() if len(found) != 1]
     lines = [f'this: {describe(sides["this"])}; base: {describe(sides["base"])}',
              f'{args.rounds} rounds in turns; encode: one object in {args.every} ({count}); '
-             f'CPU of the work in each run\'s own process',
+             f'CPU of the work in each run\'s own process; code: '
+             + '; '.join(f'{side} {", ".join(sorted(c))}' for side, c in code.items()),
              f'{"":22} {"base":>8} {"this":>8}  this / base',]
     found = []
     for name in cpu['this']:
