@@ -9,7 +9,8 @@ compile CPU is measured once, for the encode/compile ratio.
 
 - In process, A/B: with ``--against REV``, child processes take turns, round
   after round (A B, then B A), between this checkout and a git worktree of
-  REV, each importing its own objbtf (PYTHONPATH); a child encodes every
+  REV, each importing its own objbtf (PYTHONPATH; ``-P``, or ``-c`` would put
+  the working directory, this checkout, first); a child encodes every
   object once to warm up, then ``--reps`` times a fresh copy of each, and
   reports the CPU (user + system, ``time.process_time``) of each
   ``encode_path``.  Figures: the median over rounds of the summed per-object
@@ -98,7 +99,7 @@ def in_process(trees: dict[str, Path], objs: list[Path], rounds: int,
     names = list(trees)
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            out = subprocess.run([sys.executable, '-c', CHILD, str(reps), *map(str, objs)],
+            out = subprocess.run([sys.executable, '-P', '-c', CHILD, str(reps), *map(str, objs)],
                                  env={**clean_env(), 'PYTHONPATH': str(trees[name])},
                                  capture_output=True, text=True, check=True).stdout
             child = json.loads(out)
