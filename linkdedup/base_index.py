@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from hashlib import blake2b
 from pathlib import Path
 
+from objbtf import native_lib
 from objbtf.btf import dedup as _dedup_module
 from objbtf.btf import hashing as _hashing_module
 from objbtf.btf.dedup import HeadGroups
@@ -97,8 +98,19 @@ def _code_digest() -> bytes:
     """The code an index's contents depend on: grouping (dedup), hashing, this."""
     h = blake2b(digest_size=16)
     for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
-        h.update(Path(module.__file__).read_bytes())
+        h.update(module_code(module.__name__, module.__file__))
     return h.digest()
+
+
+def module_code(name: str, path: str) -> bytes:
+    """The code of module ``name`` loaded from ``path``: its source, also
+    when compiled (the file is then mypyc's shim, the same bytes whatever
+    the code), or the compiled library when installed without sources."""
+    file = Path(path)
+    if file.suffix != '.py':
+        source = file.with_name(name.rpartition('.')[2] + '.py')
+        file = source if source.exists() else Path(native_lib() or path)
+    return file.read_bytes()
 
 
 def index_key(raw: bytes) -> bytes:

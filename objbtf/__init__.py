@@ -24,7 +24,7 @@ EDIT_SLACK_NS = 2_000_000_000
 _HERE = __file__.rpartition('/')[0] or '.'
 
 
-def _native_lib() -> str | None:
+def native_lib() -> str | None:
     """The path of the compiled library, if this installation has one."""
     for name in posix.listdir(_HERE):
         if name.startswith(NATIVE_LIB + '.') and name.endswith('.so'):
@@ -33,7 +33,7 @@ def _native_lib() -> str | None:
 
 
 def _choose() -> str:
-    lib = _native_lib()
+    lib = native_lib()
     if lib is None:
         return 'pure Python (not compiled)'
     if posix.environ.get(b'OBJBTF_PURE', b'0') != b'0':
@@ -72,5 +72,5 @@ class _SourcesOnly:
         return None
 
 
-if _IMPLEMENTATION.startswith('pure') and _native_lib() is not None:
+if _IMPLEMENTATION.startswith('pure') and native_lib() is not None:
     sys.meta_path.insert(0, _SourcesOnly)

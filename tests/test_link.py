@@ -188,6 +188,25 @@ def test_base_index_gives_the_same_split_btf_and_is_never_stale(units, tmp_path)
     assert r.returncode == 2 and '--base-index needs --base' in r.stderr
 
 
+def test_base_index_key_follows_the_code_of_compiled_modules(tmp_path):
+    """The index's key covers the code it depends on: for a compiled module
+    (whose file is mypyc's shim, the same bytes for any code) its source
+    beside the shim; the installed dedup is compiled when objbtf is."""
+    import objbtf
+    from linkdedup.base_index import module_code
+    from objbtf.btf import dedup
+    shim = tmp_path / 'dedup.cpython-311-x86_64-linux-gnu.so'
+    shim.write_bytes(b'the same shim')
+    source = tmp_path / 'dedup.py'
+    source.write_text('one grouping')
+    before = module_code('objbtf.btf.dedup', str(shim))
+    source.write_text('another grouping')
+    assert module_code('objbtf.btf.dedup', str(shim)) != before
+    assert module_code('objbtf.btf.dedup', str(source)) == b'another grouping'
+    assert dedup.__file__.endswith('.py') != objbtf.implementation().startswith('compiled')
+    installed = Path(dedup.__file__).with_name('dedup.py').read_bytes()
+    assert module_code(dedup.__name__, dedup.__file__) == installed
+
 def test_link_errors_name_the_file(tmp_path, units):
     missing = units[0].with_suffix('.c')
     r = objbtf('link', missing, check=False)
