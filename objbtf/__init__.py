@@ -12,9 +12,10 @@ import posix
 import sys
 
 #: The modules setup.py compiles, relative to this package.
-COMPILED = ('btf.hashing', 'btf.reader', 'btf.strings', 'btf.types', 'btf.validate', 'btf.writer',
-            'compiler_btf.loader', 'elf.reader', 'elf.relocs',
-            'dwarf.constants', 'dwarf.loader', 'dwarf.reader')
+COMPILED = ('btf.dedup', 'btf.hashing', 'btf.reader', 'btf.strings', 'btf.types', 'btf.validate',
+            'btf.writer', 'compiler_btf.loader', 'dwarf.constants', 'dwarf.loader',
+            'dwarf.locations', 'dwarf.reader', 'elf.reader', 'elf.relocs', 'encoder',
+            'functions', 'rules')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the

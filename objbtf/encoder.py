@@ -7,7 +7,7 @@ pyelftools) and applies DWARF relocations in bulk.
 from __future__ import annotations
 
 import struct
-from collections import namedtuple
+from typing import NamedTuple
 
 from .btf.dedup import dedup
 from .btf.hashing import type_hashes
@@ -43,16 +43,27 @@ class EncodeError(ObjbtfError):
     """An object that cannot be encoded; the message says why."""
 
 
-class VarPlacement(namedtuple('VarPlacement', 'section offset symbol addend size')):
+class VarPlacement(NamedTuple):
     """Where a variable lives in this object, from its DWARF address's relocation."""
-    __slots__ = ()
+    section: int
+    offset: int
+    symbol: int
+    addend: int
+    size: int
 
 
-class Encoded(namedtuple('Encoded', 'btf raw chunk relocs addrs functions variables facts')):
+class Encoded(NamedTuple):
     """The result of encoding one object: ``relocs`` maps a section's name
     to its relocations; ``addrs`` is the address table, or None; ``facts``
     what the link needs to know of its functions (``functions.py``)."""
-    __slots__ = ()
+    btf: Btf
+    raw: bytes
+    chunk: bytes
+    relocs: dict[str, list[Reloc]]
+    addrs: bytes | None
+    functions: int
+    variables: int
+    facts: dict[str, int]
 
 
 def has_dwarf(elf: ElfFile) -> bool:
@@ -285,7 +296,7 @@ class _Placer:
             m = {}
             sec = self.elf.debug_section(section)
             rsec = self.elf.reloc_section_for(sec.index) if sec is not None else None
-            if rsec is not None:
+            if sec is not None and rsec is not None:
                 # Only an address's relocations: what a variable's location holds.
                 width = 4 if self.elf.elf_class == 32 else 8
                 address = {num for num, t in arch_for(self.elf).types.items()

@@ -136,7 +136,7 @@ class Chunk:
             return None
 
 
-def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes,
+def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes | bytearray,
                  blob: bytes, byteorder: str, facts: dict[str, int] | None = None) -> bytes:
     """The chunk for the object ``name`` and its .BTF ``blob``; ``hashes``
     and ``flags`` are indexed by type id (index 0, void, is left out),

@@ -40,7 +40,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from itertools import compress
 from operator import itemgetter, ne
-from typing import Protocol
+from typing import Protocol, cast
 
 from .errors import BtfError
 from .kinds import (
@@ -226,36 +226,50 @@ def _all_heads(btf: Btf) -> list[Head]:
 
 # -- the candidate table ----------------------------------------------------------
 
+class _Several:
+    """The ids of a key with more than one, and the table's growth count
+    when they were last put in the order its hashmap yields them."""
+    __slots__ = ('stamp', 'ids')
+
+    def __init__(self, stamp: int, ids: list[int]) -> None:
+        self.stamp = stamp
+        self.ids = ids
+
+
 class _Candidates:
     """libbpf's dedup table: canonical ids per key, in the order its hashmap
     yields them.  The hashmap pushes an entry at the head of its bucket and
     rehashes by walking each bucket, which reverses the entries of one key
-    whenever it grows; each list here remembers how many growths it saw.
+    whenever it grows; each ``_Several`` remembers how many growths it saw.
     A key with one id (most of them) holds just that id."""
 
     def __init__(self) -> None:
-        self._entries: dict[Key, int | list] = {}
+        self._entries: dict[Key, int | _Several] = {}
         self._size = 0
         self._cap = 0
         self._grows = 0
 
-    def get(self, key: Key) -> list[int] | tuple[int, ...]:
+    def get(self, key: Key) -> Sequence[int]:
         entry = self._entries.get(key)
         if entry is None:
             return ()
-        if entry.__class__ is int:
+        if isinstance(entry, int):
             return (entry,)
-        if (self._grows - entry[0]) & 1:
-            entry[1].reverse()
-        entry[0] = self._grows
-        return entry[1]
+        return self._ordered(entry)
+
+    def _ordered(self, entry: _Several) -> list[int]:
+        """``entry``'s ids in the order the hashmap yields them now."""
+        if (self._grows - entry.stamp) & 1:
+            entry.ids.reverse()
+        entry.stamp = self._grows
+        return entry.ids
 
     def first_or_add(self, key: Key, type_id: int) -> int:
         """The first candidate of ``key``, or ``type_id`` once added when
         there is none (one dict lookup for what most types need)."""
         entry = self._entries.setdefault(key, type_id)
-        if entry.__class__ is not int:
-            return self.get(key)[0]
+        if not isinstance(entry, int):
+            return self._ordered(entry)[0]
         if entry == type_id:
             size = self._size = self._size + 1           # _count_add, inline
             if size * 4 // 3 > self._cap:
@@ -268,10 +282,10 @@ class _Candidates:
         entry = self._entries.get(key)
         if entry is None:
             self._entries[key] = type_id
-        elif entry.__class__ is int:
-            self._entries[key] = [self._grows, [type_id, entry]]
+        elif isinstance(entry, int):
+            self._entries[key] = _Several(self._grows, [type_id, entry])
         else:
-            self.get(key).insert(0, type_id)
+            self._ordered(entry).insert(0, type_id)
 
     def _count_add(self) -> None:
         size = self._size = self._size + 1
@@ -298,10 +312,13 @@ class BaseGroups(Protocol):
     them from the base's heads; a persistent index of the base can hold
     them instead (``linkdedup/base_index.py``)."""
 
-    #: How many base types the table holds (all but void, VARs, DATASECs).
-    size: int
-    #: The base ids never in the table, sorted.
-    skipped: Sequence[int]
+    @property
+    def size(self) -> int:
+        """How many base types the table holds (all but void, VARs, DATASECs)."""
+
+    @property
+    def skipped(self) -> Sequence[int]:
+        """The base ids never in the table, sorted."""
 
     def take(self, coarse: object) -> list[int] | None:
         """The ids of group ``coarse``, in id order, the first time it is
@@ -319,11 +336,11 @@ class HeadGroups:
         firsts, more, getters = self._firsts, self._more, _classes(kinds).coarse_of_head
         for i in range(1, len(heads)):
             h = heads[i]
-            coarse = getters[h[0]]
-            if coarse is None:
+            getter = getters[h[0]]
+            if getter is None:
                 self.skipped.append(i)
                 continue
-            coarse = coarse(h)
+            coarse = getter(h)
             first = firsts.setdefault(coarse, i)
             if first != i:
                 more.setdefault(coarse, [first]).append(i)
@@ -353,7 +370,7 @@ class _BaseCandidates(_Candidates):
     them.
     """
 
-    def __init__(self, groups: BaseGroups, key_of: Resolve,
+    def __init__(self, groups: BaseGroups, key_of: Callable[[int], Key],
                  coarse_of_key: Callable[[Key], object]) -> None:
         super().__init__()
         self._key_of = key_of
@@ -365,7 +382,7 @@ class _BaseCandidates(_Candidates):
         self._grows = len(self._points)
         self._cap = 4 << (self._grows - 1) if self._grows else 0
 
-    def get(self, key: Key) -> list[int] | tuple[int, ...]:
+    def get(self, key: Key) -> Sequence[int]:
         self._load(key)
         return super().get(key)
 
@@ -398,7 +415,7 @@ class _BaseCandidates(_Candidates):
                     order.reverse()
                 stamp = grows
                 order.insert(0, i)
-            self._entries[key] = [stamp, order]
+            self._entries[key] = _Several(stamp, order)
 
 
 class SplitBase(Protocol):
@@ -466,11 +483,11 @@ class _Dedup:
         self.shape_ids: dict[tuple, int] = {}
         self.shapes: list[tuple] = []
         if btf.base is None:
-            self.types: list[BtfType | None] = own
+            self.types: list[BtfType | None] = cast('list[BtfType | None]', own)
             self.kinds = [t.kind for t in own]
         else:
             self.types = [None] * start + own
-            self.base = split_base or HeadsBase(btf.base, c.kinds)
+            self.base: SplitBase = split_base or HeadsBase(btf.base, c.kinds)
             self.kinds = self.base.kinds() + [t.kind for t in own]
         n = len(self.types)
         own_ids = enumerate(own if btf.base is not None else own[1:], start)
@@ -482,6 +499,7 @@ class _Dedup:
         self.enums: dict[Key, list] = {}          # see _enum_candidates
         self.sids = [-1] * n
         self.children: list[tuple[int, ...] | None] = [None] * n
+        self.table: _Candidates
         if btf.base is None:
             self.table = _Candidates()
         else:
@@ -511,11 +529,11 @@ class _Dedup:
         s = self.sids[i]
         if s < 0:
             shape = self.shape(self.type(i))
-            s = self.shape_ids.get(shape)
-            if s is None:
-                s = self.shape_ids[shape] = len(self.shapes)
+            known = self.shape_ids.get(shape)
+            if known is None:
+                known = self.shape_ids[shape] = len(self.shapes)
                 self.shapes.append(shape)
-            self.sids[i] = s
+            s = self.sids[i] = known
         return s
 
     def kids(self, i: int) -> tuple[int, ...]:
@@ -568,7 +586,7 @@ class _Dedup:
     def _coarse_of_key(self, key: Key) -> object:
         """How ``coarse_of_head`` groups the base types of table key ``key``."""
         by_name = self.classes.by_name
-        if key.__class__ is int:
+        if isinstance(key, int):
             shape = self.shapes[key]
             k = shape[0]
             if k in by_name:
@@ -576,6 +594,7 @@ class _Dedup:
             if k in self.composite:
                 return (k, shape[1], shape[3], len(shape[4]))
             return (k, shape[1], shape[3])          # INT, FLOAT: the size
+        assert isinstance(key, tuple)
         k = key[0]
         if k is _ENUM:
             return key[1]
@@ -609,7 +628,7 @@ class _Dedup:
         out = self.compact(consume)
         # A split table's lookups refer back to this object: without that
         # cycle, refcounting frees all of the state at once.
-        del self.table
+        self.table = _Candidates()
         return out
 
     def prim_types(self) -> None:
@@ -627,6 +646,7 @@ class _Dedup:
         shape or, being a forward, to the first one of its name; a full enum
         takes over the canonical forwards it meets before."""
         t = self.types[i]
+        assert t is not None
         key = (_ENUM, t.name)
         sid = self.sid
         s = sid(i)
@@ -824,16 +844,19 @@ class _Dedup:
         own: dict[str, int] = {}
         for i in range(start, len(kinds)):
             if kinds[i] in composite and m[i] == i:
-                name = types[i].name
-                own[name] = 0 if name in own else i
+                t = types[i]
+                assert t is not None
+                own[t.name] = 0 if t.name in own else i
         for i in fwds:
-            name = types[i].name
+            t = types[i]
+            assert t is not None
+            name = t.name
             c = own.get(name, 0)
             if self.btf.base is not None:
                 in_base = self.base.composite(name)
                 if in_base is not None:
                     c = 0 if name in own else in_base
-            if c and kinds[c] is _fwd_kind(types[i]):
+            if c and kinds[c] is _fwd_kind(t):
                 m[i] = c
 
     def ref_types(self) -> None:
@@ -856,7 +879,9 @@ class _Dedup:
             raise BtfError(f'type {i} refers to itself without a struct or union')
         m[i] = _IN_PROGRESS
         t = self.types[i]
+        assert t is not None
         k = t.kind
+        key: Key
         if k in self.chain:                     # _ref_key's commonest case, inline
             x = t.type
             key = (k, t.name, t.kflag, t.linkage, x if m[x] == x else self._ref_type(x))
@@ -886,6 +911,7 @@ class _Dedup:
         out = [VOID]
         for i in kept:
             t = types[i]
+            assert t is not None
             c = t if consume else t.copy()
             k = t.kind
             if k in one_ref:

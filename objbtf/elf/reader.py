@@ -10,7 +10,7 @@ import os
 import struct
 import zlib
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD,
                      ELFDATA2LSB, ELFDATA2MSB, SHF_COMPRESSED, SHN_XINDEX,
@@ -18,6 +18,9 @@ from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCO
                      SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX)
 from ..files import file_identity, open_regular
 from .errors import ElfError
+
+ByteOrder = Literal['little', 'big']
+_BYTE_ORDERS: dict[int, ByteOrder] = {ELFDATA2LSB: 'little', ELFDATA2MSB: 'big'}
 
 
 class Layout:
@@ -174,12 +177,12 @@ class ElfFile:
         if data[:4] != b'\x7fELF':
             raise ElfError('bad magic, not an ELF file')
         bits = {ELFCLASS32: 32, ELFCLASS64: 64}.get(data[4])
-        order = {ELFDATA2LSB: 'little', ELFDATA2MSB: 'big'}.get(data[5])
+        order = _BYTE_ORDERS.get(data[5])
         if bits is None or order is None:
             raise ElfError(f'bad ELF class {data[4]} or data encoding {data[5]}')
         self.layout = layout = LAYOUTS[bits, order]
         self.elf_class = bits
-        self.byteorder = order
+        self.byteorder: ByteOrder = order
         if len(data) < layout.ehdr.size:
             raise ElfError(f'truncated: {len(data)} bytes, the ELF header needs '
                            f'{layout.ehdr.size}')
