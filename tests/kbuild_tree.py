@@ -10,6 +10,7 @@ tests, which may ``make`` in it again with the same arguments.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import struct
@@ -89,13 +90,15 @@ _QUICK: dict[str, Path] = {}
 def _quick_files(version: str) -> Path:
     """The files of ``version`` that the tests without a build read (what
     the patches and the layout name, Kbuild.include and Makefile.btf),
-    extracted once per run: a member of the tarball costs a decompression
-    of all of it."""
+    extracted once per run (and removed when it ends): a member of the
+    tarball costs a decompression of all of it."""
     if version not in _QUICK:
         names = set(PATCHED[version]) | set(layout_files(version)) | {'scripts/Kbuild.include'}
         if version != '6.1':
             names.add('scripts/Makefile.btf')
-        dest = Path(tempfile.mkdtemp(prefix=f'objbtf-linux-{version}-')) / 'linux'
+        scratch = tempfile.mkdtemp(prefix=f'objbtf-linux-{version}-')
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        dest = Path(scratch) / 'linux'
         _extract(version, dest, sorted(names))
         _QUICK[version] = dest
     return _QUICK[version]
