@@ -252,6 +252,7 @@ class BaseIndex:
             offset, length = _PLACE.unpack_from(buf, _HEADER.size + k * _PLACE.size)
             self._arrays[name] = view[offset:offset + length].cast(code)
         self.hashes = self._arrays['hashes']
+        self._kinds: list[Kind] | None = None
         self._tables = {}
         for name in ('by_hash', 'by_name', 'composites', 'groups', 'strings'):
             keys = self._arrays[name + '.k']
@@ -286,7 +287,11 @@ class BaseIndex:
     # SplitBase
 
     def kinds(self) -> list[Kind]:
-        return list(map(_KIND_OF.__getitem__, self._arrays['kinds']))
+        """The same list each time (dedup copies it): a process may link
+        many modules on one index (``pipeline._last_base``)."""
+        if self._kinds is None:
+            self._kinds = list(map(_KIND_OF.__getitem__, self._arrays['kinds']))
+        return self._kinds
 
     def groups(self) -> IndexGroups:
         return IndexGroups(self)

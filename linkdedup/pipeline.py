@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 from objbtf.errors import ObjbtfError, shown
 from objbtf.features import Features
+from objbtf.files import file_identity
 from objbtf.functions import FACT_WEAK
 
 from . import cache as link_cache
@@ -554,14 +556,26 @@ def _check_checksums(path: str, chunks: list[Chunk], blobs: list[Blob]) -> None:
                             'changed after objbtf encode wrote it; encode it again')
 
 
+#: The indexed base of this process's last module link, by the base file's
+#: identity and the index's path: a resident worker links module after
+#: module against one vmlinux, and need not read it, check its index's key
+#: and parse its types again each time.
+_last_base: tuple[tuple, BaseIndex] | None = None
+
+
 def _load_base(path: str, index_path: str | None,
                progress: Progress) -> tuple[Btf, BaseIndex | None]:
     """The base BTF in ``path``, and its index kept in ``index_path`` (made
     there if missing or stale; None if not asked for, if it cannot be
     written there, or if this base cannot have one)."""
+    global _last_base
     from objbtf.btf.reader import parse_btf
     from objbtf.btf_file import read_btf_bytes
     try:
+        st = os.stat(path)
+        identity = (*file_identity(st), st.st_ctime_ns, index_path)
+        if _last_base is not None and _last_base[0] == identity:
+            return _last_base[1].base, _last_base[1]
         raw = read_btf_bytes(path)
         index = None
         if index_path is not None:
@@ -570,7 +584,12 @@ def _load_base(path: str, index_path: str | None,
             except OSError as err:
                 progress.warn(f'{index_path}: cannot keep the base index there '
                               f'({err.strerror}): linking without it')
-        return (index.base, index) if index is not None else (parse_btf(raw), None)
+        if index is None:
+            return parse_btf(raw), None
+        # Checked against these bytes (its key): right for this base, if
+        # the file was replaced since the stat above or not.
+        _last_base = identity, index
+        return index.base, index
     except (OSError, BtfError, ElfError) as err:
         raise LinkError(f'{path}: cannot read the base BTF: {err}') from None
 

@@ -11,7 +11,8 @@ environment, umask, CPU affinity and niceness, runs the command as
 what needs click goes back to the client, to run in process), sends the
 exit status and puts its stdio back on /dev/null.  A worker runs ``encode``
 and a module's ``link`` itself (a fork per object cost about 6 ms of CPU,
-its page faults mostly); any other command, or one that raised its
+its page faults mostly; and the worker keeps the indexed vmlinux of one
+module link for the next, ``linkdedup.pipeline._last_base``); any other command, or one that raised its
 niceness, in a child it forks, whose end changes nothing in the worker.
 When every worker is busy, the server forks such a child itself.  If the
 client goes away, its command is interrupted as a killed command would be

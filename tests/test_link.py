@@ -188,6 +188,39 @@ def test_base_index_gives_the_same_split_btf_and_is_never_stale(units, tmp_path)
     assert r.returncode == 2 and '--base-index needs --base' in r.stderr
 
 
+def test_a_process_reuses_its_indexed_base_until_the_base_changes(units, tmp_path):
+    """Module links in one process (a resident worker's) against one base
+    read it and its index once; a base rewritten since is read again, and
+    each split BTF is the one a fresh process writes."""
+    from linkdedup import pipeline
+    bases = []
+    for name, objs in (('one', units[1:3]), ('two', [units[1], units[2], units[4]])):
+        base = tmp_path / f'{name}.btf'
+        objbtf('link', '--output', base, link_relocatable(tmp_path, objs, f'{name}.o'))
+        bases.append(base.read_bytes())
+    module = link_relocatable(tmp_path, [units[0], units[3]], 'mod.ko')
+    base, index = tmp_path / 'base.btf', tmp_path / 'base.index'
+
+    def fresh() -> bytes:
+        out = tmp_path / 'fresh.btf'
+        objbtf('link', '--base', base, '--base-index', index, '--output', out, module)
+        return out.read_bytes()
+
+    def in_process() -> tuple[bytes, object]:
+        out = tmp_path / 'here.btf'
+        pipeline.link(str(module), features=Features(), base_path=str(base),
+                      base_index=str(index), output=str(out))
+        return out.read_bytes(), pipeline._last_base[1]
+
+    base.write_bytes(bases[0])
+    first, used = in_process()
+    again, reused = in_process()
+    assert first == again == fresh() and reused is used
+    base.write_bytes(bases[1])                  # relinked: another file, other bytes
+    other, renewed = in_process()
+    assert renewed is not used and other == fresh() and other != first
+
+
 def test_base_index_key_follows_the_code_of_compiled_modules(tmp_path):
     """The index's key covers the code it depends on: for a compiled module
     (whose file is mypyc's shim, the same bytes for any code) its source
