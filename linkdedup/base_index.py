@@ -98,19 +98,22 @@ def _code_digest() -> bytes:
     """The code an index's contents depend on: grouping (dedup), hashing, this."""
     h = blake2b(digest_size=16)
     for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
-        h.update(module_code(module.__name__, module.__file__))
+        h.update(module_code(module.__name__))
     return h.digest()
 
 
-def module_code(name: str, path: str) -> bytes:
-    """The code of module ``name`` loaded from ``path``: its source, also
-    when compiled (the file is then mypyc's shim, the same bytes whatever
-    the code), or the compiled library when installed without sources."""
-    file = Path(path)
-    if file.suffix != '.py':
-        source = file.with_name(name.rpartition('.')[2] + '.py')
-        file = source if source.exists() else Path(native_lib() or path)
-    return file.read_bytes()
+def module_code(name: str) -> bytes:
+    """The code of module ``name``: its source, found from its top package
+    (whose ``__init__.py`` is never compiled), or the compiled library when
+    installed without sources.  Not the module's own file: a compiled
+    module's is mypyc's shim, the same bytes whatever the code, and its
+    ``__file__`` depends on which module imported it first (a resident
+    server's said objbtf/objbtf/btf/dedup...so, which is no file)."""
+    top = sys.modules[name.partition('.')[0]]
+    source = Path(top.__file__).parent.parent / (name.replace('.', '/') + '.py')
+    if source.exists():
+        return source.read_bytes()
+    return Path(native_lib() or source).read_bytes()
 
 
 def index_key(raw: bytes) -> bytes:

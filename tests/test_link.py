@@ -221,24 +221,29 @@ def test_a_process_reuses_its_indexed_base_until_the_base_changes(units, tmp_pat
     assert renewed is not used and other == fresh() and other != first
 
 
-def test_base_index_key_follows_the_code_of_compiled_modules(tmp_path):
-    """The index's key covers the code it depends on: for a compiled module
-    (whose file is mypyc's shim, the same bytes for any code) its source
-    beside the shim; the installed dedup is compiled when objbtf is."""
+def test_base_index_key_follows_the_code_of_compiled_modules(tmp_path, monkeypatch):
+    """The index's key covers the code it depends on: each module's source,
+    found from its package, compiled or not (a compiled module's file is
+    mypyc's shim, the same bytes for any code)."""
+    import sys
+    import types
     import objbtf
     from linkdedup.base_index import module_code
-    from objbtf.btf import dedup
-    shim = tmp_path / 'dedup.cpython-311-x86_64-linux-gnu.so'
-    shim.write_bytes(b'the same shim')
-    source = tmp_path / 'dedup.py'
+    package = tmp_path / 'toypkg'
+    package.mkdir()
+    (package / '__init__.py').write_text('')
+    (package / 'grouping.cpython-311-x86_64-linux-gnu.so').write_bytes(b'the same shim')
+    source = package / 'grouping.py'
     source.write_text('one grouping')
-    before = module_code('objbtf.btf.dedup', str(shim))
+    toy = types.ModuleType('toypkg')
+    toy.__file__ = str(package / '__init__.py')
+    monkeypatch.setitem(sys.modules, 'toypkg', toy)
+    assert module_code('toypkg.grouping') == b'one grouping'
     source.write_text('another grouping')
-    assert module_code('objbtf.btf.dedup', str(shim)) != before
-    assert module_code('objbtf.btf.dedup', str(source)) == b'another grouping'
-    assert dedup.__file__.endswith('.py') != objbtf.implementation().startswith('compiled')
-    installed = Path(dedup.__file__).with_name('dedup.py').read_bytes()
-    assert module_code(dedup.__name__, dedup.__file__) == installed
+    assert module_code('toypkg.grouping') == b'another grouping'
+    installed = Path(objbtf.__file__).parent / 'btf' / 'dedup.py'
+    assert module_code('objbtf.btf.dedup') == installed.read_bytes()
+
 
 def test_link_errors_name_the_file(tmp_path, units):
     missing = units[0].with_suffix('.c')

@@ -212,6 +212,36 @@ def test_cc_link_and_errors_match_in_process(tmp_path, runtime):
     assert 'objects' in results['1'][0][2][2]                   # the link's summary
 
 
+def test_module_links_through_the_server_use_the_in_process_base_index(tmp_path, runtime):
+    """A base index made in process serves the server's module links as it
+    is (the same key: a server's workers import objbtf's compiled modules
+    in another order, which once changed the key and rebuilt the index on
+    every first link), and the split BTF is the same bytes."""
+    tree = Tree(tmp_path, runtime)
+    for src in ('counter_a', 'counter_b'):
+        r = tree.run('cc', '--', need('gcc'), '-g', '-O2', '-c', '-o', f'{src}.o',
+                     C_FIXTURES / f'{src}.c')
+        assert r.returncode == 0, r.stderr
+    run(need('ld'), '-r', '-o', tmp_path / 'base.o', tmp_path / 'counter_a.o')
+    run(need('ld'), '-r', '-o', tmp_path / 'mod.ko', tmp_path / 'counter_b.o')
+    assert tree.run('link', '-o', 'base.btf', 'base.o').returncode == 0
+    index = tmp_path / 'base.index'
+
+    def module_link(out: str, resident: str) -> bytes:
+        r = tree.run('link', '--base', 'base.btf', '--base-index', index.name, '-o', out,
+                     'mod.ko', OBJBTF_RESIDENT=resident)
+        assert r.returncode == 0, r.stderr
+        return (tmp_path / out).read_bytes()
+
+    made = module_link('here.btf', '0')
+    kept = (index.stat().st_ino, index.stat().st_mtime_ns)
+    assert module_link('served.btf', '1') == made
+    assert module_link('again.btf', '1') == made          # the worker's kept base
+    assert (index.stat().st_ino, index.stat().st_mtime_ns) == kept
+    assert int(tree.servers()[0]['requests']) >= 2
+    tree.stop()
+
+
 def big_object(tmp_path: Path) -> Path:
     """An object whose encoding takes a while: 3000 structs in one unit."""
     src = tmp_path / 'big.c'
