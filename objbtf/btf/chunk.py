@@ -167,7 +167,7 @@ def _chunk_crc(head: bytes, body: bytes) -> int:
     return zlib.crc32(body, zlib.crc32(bytes(_CHECKSUM_LEN), zlib.crc32(head)))
 
 
-def _blob_crc(crc: int, blob: bytes, offsets: Sequence[int], flags: bytes) -> int:
+def _blob_crc(crc: int, blob: bytes, offsets: Sequence[int], flags: bytes | bytearray) -> int:
     """``crc`` continued over ``blob``, the offset field of each DATASEC entry
     taken as zero: ld writes the variables' addresses there.  The DATASECs
     are among the types ``flags`` marks never to merge, as every one is."""
