@@ -25,6 +25,8 @@
 8. encode: the final bytes; ``--split-vars`` moves variables into split
    BTF (``split_vars``); ``--cache`` keeps the link for the next one.
 9. emit (``emit``): written where it was asked for, atomically.
+10. stamp (``stamp``): with ``--types-stamp``, a file rewritten only when
+    the types modules depend on changed; Kbuild's modules depend on it.
 
 Passes 2 to 6 remove types through ``tombstone`` so that ids do not move
 before dedup; ``workers`` shares passes 1 and 2 among ``-j`` processes.

@@ -28,6 +28,7 @@ from objbtf.files import file_identity
 from objbtf.functions import FACT_WEAK
 
 from . import cache as link_cache
+from . import stamp
 from .base_index import BaseIndex, open_index
 from .concat import Blob, canonical_order, split_blobs
 from .datasec import misplaced, rebuild_datasecs
@@ -136,7 +137,7 @@ class LinkState:
                  split_vars: str | None = None, cache: str | None = None,
                  objects: ObjectList | None = None, jobs: int = 1,
                  progress: Progress | None = None, base_index: str | None = None,
-                 merge: bool = True):
+                 types_stamp: str | None = None, merge: bool = True):
         self.path = path
         self.features = features
         self.base_path = base_path
@@ -145,6 +146,7 @@ class LinkState:
         self.section = section
         self.split_vars = split_vars
         self.cache = cache
+        self.types_stamp = types_stamp
         self.objects = objects
         self.jobs = jobs
         self.progress = progress or Progress(False)
@@ -175,7 +177,7 @@ def link(path: str, *, features: Features, base_path: str | None = None,
          output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
          cache: str | None = None, objects: ObjectList | None = None,
          jobs: int = 1, progress: Progress | None = None,
-         base_index: str | None = None) -> Summary:
+         base_index: str | None = None, types_stamp: str | None = None) -> Summary:
     """Turn the per-object BTF in ``path`` into its final BTF; with
     ``split_vars``, the non-percpu variables go there, as split BTF; with
     ``cache``, a link whose objects' types are those of the last one
@@ -184,13 +186,16 @@ def link(path: str, *, features: Features, base_path: str | None = None,
     objects (``workers.py``), with the same output for any number; with
     ``base_index``, a module link keeps an index of the base's BTF there
     (``base_index.py``) and dedups through it (``premap.py``), to the same
-    output."""
+    output; with ``types_stamp``, that file changes only when the types
+    modules depend on do (``stamp.py``)."""
     state = LinkState(path, features, base_path=base_path, output=output, section=section,
                       split_vars=split_vars, cache=cache, objects=objects, jobs=jobs,
-                      progress=progress, base_index=base_index)
+                      progress=progress, base_index=base_index, types_stamp=types_stamp)
     started = time.monotonic()
     if cache is not None and (base_path or split_vars):
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
+    if types_stamp is not None and base_path:
+        raise LinkError(f'{path}: --types-stamp is for vmlinux, without --base')
     if base_index is not None and not base_path:
         raise LinkError(f'{path}: --base-index is for a module link, with --base')
     # The link builds tens of thousands of objects and no cycles: the
@@ -216,9 +221,9 @@ def _linked(state: LinkState) -> Summary:
 
 def run_passes(state: LinkState, passes: tuple) -> None:
     """Each pass in turn; once a pass has the final bytes (the cache
-    replayed the link), only ``emit`` follows."""
+    replayed the link), only ``FINISH`` follows."""
     for each in passes:
-        if state.raw is None or each is emit_pass:
+        if state.raw is None or each in FINISH:
             each(state)
 
 
@@ -399,10 +404,19 @@ def emit_pass(state: LinkState) -> None:
     state.summary.written = emit(state.raw, state.elf, state.path, state.section, state.output)
 
 
+def stamp_pass(state: LinkState) -> None:
+    """Pass 10: with ``--types-stamp``, that file rewritten if the types
+    modules depend on changed (``stamp``)."""
+    if state.types_stamp is not None:
+        stamp.stamp_types(state.types_stamp, state.raw, state.path)
+
+
 #: The passes before dedup: what libbpf's dedup would be given.
 PREPARE = (merge_pass, relocate_pass, datasec_pass, functions_pass, kfuncs_pass)
+#: The passes that follow the final bytes, however they were made.
+FINISH = (emit_pass, stamp_pass)
 #: A link, in order (``linkdedup/__init__.py`` says why this order).
-LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, encode_pass, emit_pass)
+LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, encode_pass, *FINISH)
 
 
 class FromSymbols:

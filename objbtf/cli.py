@@ -193,7 +193,8 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
 @main.command()
 @_from_table('link')
 def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         split_vars: str | None, cache: str | None, base_index: str | None,
+         split_vars: str | None, cache: str | None, types_stamp: str | None,
+         base_index: str | None,
          objects_path: str | None,
          allow_missing: bool, jobs: int | None, quiet: bool, features: Features) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
@@ -217,11 +218,13 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     that have BTF; --objects gives it the list of all of them, so that one
     compiled without objbtf is not silently left out.  With --cache, a
     relink after edits that changed no type (function bodies) reuses the
-    last link and only places the variables anew.  A summary goes to
+    last link and only places the variables anew; with --types-stamp, the
+    stamp file changes only when the types do.  A summary goes to
     stderr, unless --quiet (Kbuild: unless V=1).
     \b
     Examples:
       objbtf link --objects vmlinux.a --cache .btf.vmlinux.cache \\
+                  --types-stamp .btf.vmlinux.types \\
                   --output .btf.vmlinux.bin.o .tmp_vmlinux.btf
       objbtf link --base vmlinux --base-index .btf.vmlinux.index \\
                   --objects drivers/net/veth.mod drivers/net/veth.ko
@@ -230,7 +233,8 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
     _check_requires('link', click.get_current_context().params)
     try:
         lines = run_link(file, base_path, output, input_section, split_vars, cache,
-                         objects_path, allow_missing, jobs, quiet, features, base_index)
+                         objects_path, allow_missing, jobs, quiet, features, base_index,
+                         types_stamp)
     except Failure as err:
         raise click.ClickException(str(err)) from None
     for line in lines:

@@ -91,7 +91,8 @@ def output_of(command: list[str]) -> str | None:
 def run_link(file: str, base_path: str | None, output: str | None, input_section: str,
              split_vars: str | None, cache: str | None, objects_path: str | None,
              allow_missing: bool, jobs: int | None, quiet: bool,
-             features: Features, base_index: str | None = None) -> list[str]:
+             features: Features, base_index: str | None = None,
+             types_stamp: str | None = None) -> list[str]:
     """Link; the summary's lines (none if ``quiet``).  Raises Failure."""
     from linkdedup.objects import ObjectList, ObjectsError
     from linkdedup.pipeline import LinkError, Progress, link
@@ -103,7 +104,7 @@ def run_link(file: str, base_path: str | None, output: str | None, input_section
         summary = link(file, features=features, base_path=base_path, output=output,
                        section=input_section, split_vars=split_vars, cache=cache,
                        objects=objects, jobs=jobs or default_jobs(),
-                       base_index=base_index,
+                       base_index=base_index, types_stamp=types_stamp,
                        progress=Progress(sys.stderr.isatty() and not quiet))
     except (LinkError, ObjectsError, WorkerError) as err:
         raise Failure(str(err)) from None

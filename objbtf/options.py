@@ -95,6 +95,12 @@ COMMANDS = {c.name: c for c in (
                     'unchanged (an edit to function bodies) only places the variables '
                     'anew.  Same output either way.  For vmlinux, without --base or '
                     '--split-vars.'),
+        Option(('--types-stamp',), 'types_stamp', 'path', metavar='FILE',
+               help='Write FILE, a digest of the output BTF as modules see it (all but '
+                    'the DATASECs\' sizes and offsets), unless it holds that digest '
+                    'already: its time then changes only when the types do, and '
+                    'Kbuild\'s modules depend on it instead of vmlinux (.btf.vmlinux.types). '
+                    'For vmlinux, without --base.'),
         Option(('--base-index',), 'base_index', 'path', metavar='FILE', requires='base_path',
                help='With --base: keep an index of the base\'s BTF in FILE, made by the '
                     'first link that finds it missing or made for another base, and used '

@@ -316,12 +316,21 @@ def test_modules_have_valid_split_btf(kbuild, modules):
     assert load_index(str(kbuild.build / '.btf.vmlinux.index'), raw, index_key(raw)) is not None
 
 
+def link_summaries(verbose: str) -> list[str]:
+    """What the links said with V=1: vmlinux's, then each module's."""
+    return re.findall(r'^objbtf link: \d+ objects.*$', verbose, re.MULTILINE)
+
+
 @pytest.mark.kernel
 def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
+    """No type changed: vmlinux's link replays .btf.vmlinux.cache, with the
+    same result, and leaves .btf.vmlinux.types as it was, so no module is
+    relinked; their BTF fits the new vmlinux."""
     build = kbuild.build
+    stamp = build / '.btf.vmlinux.types'
     clean = sections(build / 'vmlinux')['.BTF'][0]
-    clean_kos = {ko: sections(ko)['.BTF'][0] for ko in modules}
-    vmlinux_mtime = (build / 'vmlinux').stat().st_mtime_ns
+    kos = {ko: (sections(ko)['.BTF'][0], ko.stat().st_mtime_ns) for ko in modules}
+    vmlinux_mtime, stamp_mtime = (build / 'vmlinux').stat().st_mtime_ns, stamp.stat().st_mtime_ns
 
     kbuild.make('vmlinux', 'modules')      # nothing to do
     assert (build / 'vmlinux').stat().st_mtime_ns == vmlinux_mtime
@@ -329,14 +338,52 @@ def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
     fork_mtime = (build / 'kernel/fork.o').stat().st_mtime_ns
     with touched(kbuild.src / 'kernel/fork.c'):
         verbose = kbuild.make('V=1', 'vmlinux', 'modules')
-    # With V=1, each link says what it did: vmlinux's, then every module's.
-    summaries = re.findall(r'^objbtf link: \d+ objects.*$', verbose, re.MULTILINE)
-    assert len(summaries) == 1 + len(modules)
-    # No type changed: vmlinux's link replays .btf.vmlinux.cache, with the same result.
-    assert sum('(replayed from the cache)' in line for line in summaries) == 1
+    [summary] = link_summaries(verbose)
+    assert '(replayed from the cache)' in summary
     assert (build / 'kernel/fork.o').stat().st_mtime_ns > fork_mtime
     assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
     assert sections(build / 'vmlinux')['.BTF'][0] == clean
+    assert stamp.stat().st_mtime_ns == stamp_mtime
+    assert {ko: (sections(ko)['.BTF'][0], ko.stat().st_mtime_ns) for ko in modules} == kos
+    for ko in modules:
+        assert_valid_split_btf(build / 'vmlinux', ko)
+
+
+#: Appended to kernel/fork.c: one more struct and FUNC in vmlinux's BTF.
+PROBE = """
+struct objbtf_stamp_probe { long a; };
+struct objbtf_stamp_probe *objbtf_stamp_probe(void);
+struct objbtf_stamp_probe *objbtf_stamp_probe(void) { return NULL; }
+"""
+
+
+@pytest.mark.kernel
+def test_a_change_to_vmlinux_types_relinks_every_module(kbuild, modules):
+    """A new type in vmlinux rewrites .btf.vmlinux.types: every module is
+    linked again, against the new vmlinux; taking it out again gives the
+    first build's BTF back, everywhere."""
+    build, fork = kbuild.build, kbuild.src / 'kernel/fork.c'
+    stamp = build / '.btf.vmlinux.types'
+    clean, clean_stamp = sections(build / 'vmlinux')['.BTF'][0], stamp.read_bytes()
+    clean_kos = {ko: sections(ko)['.BTF'][0] for ko in modules}
+    source, times = fork.read_text(), fork.stat()
+    try:
+        fork.write_text(source + PROBE)
+        summaries = link_summaries(kbuild.make('V=1', 'vmlinux', 'modules'))
+        assert len(summaries) == 1 + len(modules)
+        assert not any('(replayed from the cache)' in line for line in summaries)
+        assert stamp.read_bytes() != clean_stamp
+        btf = parse_btf(sections(build / 'vmlinux')['.BTF'][0])
+        assert any(t.name == 'objbtf_stamp_probe' and t.kind is Kind.STRUCT
+                   for _, t in btf.own())
+        for ko in modules:
+            assert_valid_split_btf(build / 'vmlinux', ko)
+    finally:
+        fork.write_text(source)         # newer than the probe's fork.o
+        kbuild.make('vmlinux', 'modules')
+        os.utime(fork, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert sections(build / 'vmlinux')['.BTF'][0] == clean
+    assert stamp.read_bytes() == clean_stamp
     assert {ko: sections(ko)['.BTF'][0] for ko in modules} == clean_kos
 
 

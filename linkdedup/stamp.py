@@ -1,0 +1,82 @@
+"""Pass 10, stamp: a file that changes only when what modules take from vmlinux changes.
+
+A module's split BTF depends on vmlinux's BTF: its type ids follow the
+base's, its names may be the base's strings, its types refer to the
+base's.  It does not depend on where vmlinux's variables landed, which
+is all that changes in most relinks (an edit to a function body: the link
+cache replays the last link with its DATASECs placed anew).  Stock Kbuild
+redoes every module's BTF whenever vmlinux is newer; with objbtf a module
+is linked with its BTF, so that would relink every module.
+
+``objbtf link --types-stamp FILE`` writes a digest of the output BTF with
+the DATASECs' sizes and entries left out (where the variables are, and in
+which order), and of the one other fact
+a module link reads from vmlinux (whether it marks kfunc sets,
+``kfuncs.kernel_marks_sets``); it leaves FILE as it is, its time
+included, when the digest is the one already there.  Kbuild's modules
+then depend on FILE instead of vmlinux: a relink that changed no type
+relinks no module, and the modules' BTF, made against the same types and
+strings, fits the new vmlinux as it fitted the old one.
+"""
+from __future__ import annotations
+
+import sys
+from array import array
+from hashlib import blake2b
+
+from objbtf.btf.header import BtfHeader
+from objbtf.btf.kinds import ENTRIES, KINDS, TYPE_HEAD_LEN, Kind
+from objbtf.elf.writer import write_atomically
+
+from .kfuncs import kernel_marks_sets
+
+_DATASEC = int(Kind.DATASEC)
+_HEAD = TYPE_HEAD_LEN // 4
+#: Per kind number: (fixed words, words per entry), or None for no such kind.
+_WORDS = [None if info is None else
+          (info.fixed_len // 4, info.entry_len // 4 if info.vlen == ENTRIES else 0)
+          for info in KINDS.by_number]
+
+
+def types_digest(raw: bytes, marks_sets: bool | None) -> str:
+    """The digest of the BTF blob ``raw`` as modules see it: every byte but
+    the DATASECs' size words and entries, which are zeroed (a module's
+    types never refer to a DATASEC)."""
+    h = BtfHeader.read(raw)
+    start = h.hdr_len + h.type_off
+    words = array('I', raw[start:start + h.type_len])
+    if h.order != sys.byteorder:
+        words.byteswap()
+    w, end = 0, len(words)
+    while w < end:
+        info = words[w + 1]
+        number = (info >> 24) & 0x1f
+        shape = _WORDS[number]
+        if shape is None:
+            raise ValueError(f'kind {number} at byte {start + 4 * w} of the output BTF')
+        vlen = info & 0xffff
+        after = w + _HEAD + shape[0] + shape[1] * vlen
+        if number == _DATASEC:
+            words[w + 2] = 0
+            words[w + _HEAD:after] = array('I', bytes(4 * (after - w - _HEAD)))
+        w = after
+    digest = blake2b(digest_size=32)
+    digest.update(raw[:start])
+    digest.update(words.tobytes())
+    digest.update(raw[start + h.type_len:])
+    digest.update(repr(marks_sets).encode())
+    return digest.hexdigest()
+
+
+def stamp_types(path: str, raw: bytes, linked: str) -> bool:
+    """Write ``path`` for the output BTF ``raw`` of the link of ``linked``,
+    unless it holds that digest already; whether it was written."""
+    line = f'{types_digest(raw, kernel_marks_sets(linked))}\n'.encode()
+    try:
+        with open(path, 'rb') as f:
+            if f.read() == line:
+                return False
+    except OSError:
+        pass
+    write_atomically(path, [line])
+    return True
