@@ -18,6 +18,11 @@ is the clients' (children of this script) plus the server's: a fresh server
 per phase, stopped at the phase's end, its CPU (with its children's) read
 from OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
 paid once per tree and build) is measured on its own and shown apart.
+The module links run twice through the server: once in a fresh server,
+where the worker's first link reads vmlinux's indexed BTF, and once more
+in one server that links the modules twice, the second time on the base
+the worker kept (``linkdedup.pipeline._last_base``), as most of a build's
+module links run: the second figure is that phase's CPU less the first's.
 The module links' peer, in each round too: what Makefile.modfinal runs in
 the stock build, ``pahole -J`` with scripts/pahole-flags.sh's flags
 ``--btf_base vmlinux`` on the stock module (``--btf_encode_detached``, so
@@ -111,7 +116,8 @@ def main() -> int:
             if not p.name.endswith('.mod.o')]
     links = [['link', '-q', '--objects', f'{m}.mod', '--base', str(args.build / 'vmlinux'),
               '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
-    figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': []} for w in ways}
+    figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': [], 'kept': []}
+                                                  for w in ways}
     stop = [installed, 'server', 'stop']
     flags = pahole_flags(args.build)
     pahole: list[float] = []
@@ -140,7 +146,10 @@ def main() -> int:
                 figures[way]['encode'].append((c + s) / len(objs))
                 _, start = run_phase(cmd, stop, way_env, tree, [['cc', '--', 'true']])
                 c, s = run_phase(cmd, stop, way_env, tree, links)
-                figures[way]['link'].append((c + s - start) / len(links))
+                once = c + s - start
+                figures[way]['link'].append(once / len(links))
+                c, s = run_phase(cmd, stop, way_env, tree, links + links)
+                figures[way]['kept'].append((c + s - start - once) / len(links))
                 figures[way].setdefault('start', []).append(start)
             before = child_cpu()
             for m in MODULES:
@@ -152,15 +161,17 @@ def main() -> int:
              f'{args.rounds} rounds in turns, wall {time.time() - started:.0f} s, load average '
              f'{os.getloadavg()[0]:.1f}; compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
              'CPU per call (clients + server), median of rounds; encode: the server start '
-             'spread over the objects; module link: without it (the encodes started the server):']
+             'spread over the objects; module link: without it (the encodes started the server), '
+             'in a fresh server, then with the base kept by the worker (a second pass):']
     base = statistics.median(figures['in process']['encode'])
     peer = statistics.median(pahole)
     for way, f in figures.items():
         enc, link = statistics.median(f['encode']), statistics.median(f['link'])
-        start = statistics.median(f['start'])
+        kept, start = statistics.median(f['kept']), statistics.median(f['start'])
         lines.append(f'  {way:12} encode {1000 * enc:6.1f} ms ({enc / base:.2f} x in process, '
                      f'{enc * len(objs) / compile_cpu:.3f} of the compile)   module link '
-                     f'{1000 * link:6.1f} ms ({link / peer:.2f} x pahole)'
+                     f'{1000 * link:6.1f} ms ({link / peer:.2f} x pahole), base kept '
+                     f'{1000 * kept:6.1f} ms ({kept / peer:.2f} x)'
                      + (f'   (server start {1000 * start:.0f} ms, once per tree)' if start else ''))
     lines.append(f'  pahole -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
                  'module (goal for the module link: at most 1.0 x)')
