@@ -10,10 +10,10 @@ is linked with its BTF, so that would relink every module.
 
 ``objbtf link --types-stamp FILE`` writes a digest of the output BTF with
 the DATASECs' sizes and entries left out (where the variables are, and in
-which order), and of the one other fact
-a module link reads from vmlinux (whether it marks kfunc sets,
-``kfuncs.kernel_marks_sets``); it leaves FILE as it is, its time
-included, when the digest is the one already there.  Kbuild's modules
+which order), and of the one other fact a module link reads from vmlinux
+(whether it marks kfunc sets, ``kfuncs.kernel_marks_sets``); it leaves
+FILE as it is, its time included, when the digest is the one already
+there.  Kbuild's modules
 then depend on FILE instead of vmlinux: a relink that changed no type
 relinks no module, and the modules' BTF, made against the same types and
 strings, fits the new vmlinux as it fitted the old one.
@@ -32,8 +32,8 @@ from .kfuncs import kernel_marks_sets
 
 _DATASEC = int(Kind.DATASEC)
 _HEAD = TYPE_HEAD_LEN // 4
-#: Per kind number: (fixed words, words per entry), or None for no such kind.
-_WORDS = [None if info is None else
+#: Per kind number: (fixed words, words per entry).
+_WORDS = [(0, 0) if info is None else
           (info.fixed_len // 4, info.entry_len // 4 if info.vlen == ENTRIES else 0)
           for info in KINDS.by_number]
 
@@ -51,9 +51,7 @@ def types_digest(raw: bytes, marks_sets: bool | None) -> str:
     while w < end:
         info = words[w + 1]
         number = (info >> 24) & 0x1f
-        shape = _WORDS[number]
-        if shape is None:
-            raise ValueError(f'kind {number} at byte {start + 4 * w} of the output BTF')
+        shape = _WORDS[number]      # a kind of the link's own, checked output
         vlen = info & 0xffff
         after = w + _HEAD + shape[0] + shape[1] * vlen
         if number == _DATASEC:
@@ -68,15 +66,14 @@ def types_digest(raw: bytes, marks_sets: bool | None) -> str:
     return digest.hexdigest()
 
 
-def stamp_types(path: str, raw: bytes, linked: str) -> bool:
+def stamp_types(path: str, raw: bytes, linked: str) -> None:
     """Write ``path`` for the output BTF ``raw`` of the link of ``linked``,
-    unless it holds that digest already; whether it was written."""
+    unless it holds that digest already."""
     line = f'{types_digest(raw, kernel_marks_sets(linked))}\n'.encode()
     try:
         with open(path, 'rb') as f:
             if f.read() == line:
-                return False
+                return
     except OSError:
         pass
     write_atomically(path, [line])
-    return True

@@ -97,7 +97,7 @@ COMMANDS = {c.name: c for c in (
                     '--split-vars.'),
         Option(('--types-stamp',), 'types_stamp', 'path', metavar='FILE',
                help='Write FILE, a digest of the output BTF as modules see it (all but '
-                    'the DATASECs\' sizes and offsets), unless it holds that digest '
+                    'the DATASECs\' sizes and entries), unless it holds that digest '
                     'already: its time then changes only when the types do, and '
                     'Kbuild\'s modules depend on it instead of vmlinux (.btf.vmlinux.types). '
                     'For vmlinux, without --base.'),
