@@ -13,10 +13,10 @@ the DATASECs' sizes and entries left out (where the variables are, and in
 which order), and of the one other fact a module link reads from vmlinux
 (whether it marks kfunc sets, ``kfuncs.kernel_marks_sets``); it leaves
 FILE as it is, its time included, when the digest is the one already
-there.  Kbuild's modules
-then depend on FILE instead of vmlinux: a relink that changed no type
-relinks no module, and the modules' BTF, made against the same types and
-strings, fits the new vmlinux as it fitted the old one.
+there.  Kbuild's modules then depend on FILE instead of vmlinux: a relink
+that changed no type relinks no module, and the modules' BTF, made
+against the same types and strings, fits the new vmlinux as it fitted the
+old one.
 """
 from __future__ import annotations
 
@@ -25,17 +25,13 @@ from array import array
 from hashlib import blake2b
 
 from objbtf.btf.header import BtfHeader
-from objbtf.btf.kinds import ENTRIES, KINDS, TYPE_HEAD_LEN, Kind
+from objbtf.btf.kinds import KINDS, TYPE_HEAD_LEN, Kind
 from objbtf.elf.writer import write_atomically
 
 from .kfuncs import kernel_marks_sets
 
 _DATASEC = int(Kind.DATASEC)
 _HEAD = TYPE_HEAD_LEN // 4
-#: Per kind number: (fixed words, words per entry).
-_WORDS = [(0, 0) if info is None else
-          (info.fixed_len // 4, info.entry_len // 4 if info.vlen == ENTRIES else 0)
-          for info in KINDS.by_number]
 
 
 def types_digest(raw: bytes, marks_sets: bool | None) -> str:
@@ -51,9 +47,9 @@ def types_digest(raw: bytes, marks_sets: bool | None) -> str:
     while w < end:
         info = words[w + 1]
         number = (info >> 24) & 0x1f
-        shape = _WORDS[number]      # a kind of the link's own, checked output
-        vlen = info & 0xffff
-        after = w + _HEAD + shape[0] + shape[1] * vlen
+        kind = KINDS.by_number[number]
+        assert kind is not None         # the link's own output, which it checked
+        after = w + _HEAD + kind.extra_len(info & 0xffff) // 4
         if number == _DATASEC:
             words[w + 2] = 0
             words[w + _HEAD:after] = array('I', bytes(4 * (after - w - _HEAD)))
