@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Whole kernel builds with objbtf against the stock build (pahole), alternating.
 
-One copy of the Linux 6.1 source (from /usr/src/linux-source-6.1.tar.xz),
-patched with kbuild-integration/apply, and one O= build directory per
-variant and configuration, all at the same path depth and name length
-(WORK/CONFIG/0, WORK/CONFIG/1, ...), so that no variant's strings are longer.
+One copy of the Linux source (--source: 6.1, the default, or 6.12, from
+Debian's /usr/src/linux-source-VERSION.tar.xz), patched with
+kbuild-integration/apply, and one O= build directory per variant and
+configuration, all at the same path depth and name length
+(WORK/VERSION/CONFIG/0, WORK/VERSION/CONFIG/1, ...), so that no variant's
+strings are longer.
 The variants:
 
   stock    make OBJBTF=                    the stock build, with pahole
@@ -36,7 +38,7 @@ time, its CPU (user + system of every process it started, objbtf's resident
 server included: see accounting.py), the size of its O= tree, the CPU other
 processes used meanwhile, and its phases (compile, the vmlinux link chain,
 the modules' final links: times of make's output lines) for the projection
-to 8, 32 and 64 CPUs (MODEL.md).  Records go to WORK/records.jsonl as they
+to 8, 32 and 64 CPUs (MODEL.md).  Records go to WORK/records-DATE.jsonl as they
 come; the report (medians, ratios to the first variant, whether each can be
 trusted: trust.py) is printed and appended to --results with the command
 line and the machine's state.  --from-records reports on an earlier run's
@@ -70,7 +72,7 @@ from trust import OTHERS_LIMIT, doubts, paired_ratio
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE.parent.parent / 'shared' / 'corpus'
-TARBALL = Path('/usr/src/linux-source-6.1.tar.xz')
+SOURCES = ('6.1', '6.12')
 CONFIGS = {'reference': ('kernel-btf.config',),
            'modules': ('kernel-btf.config', 'kernel-modules.config')}
 STEPS = ('full', 'vmlinux', 'module')
@@ -78,7 +80,7 @@ GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
 PROJECT_CPUS = (8, 32, 64)
 #: Kbuild's quiet output: "  CC      kernel/fork.o", "  LD [M]  drivers/net/veth.ko".
 COMMAND_LINE = re.compile(r'^  [A-Z][A-Z0-9_]*( \[M\])? +\S')
-#: The first command of the vmlinux link chain (AR vmlinux.a in 6.1).
+#: The first command of the vmlinux link chain (AR vmlinux.a in 6.1 and 6.12).
 CHAIN_START = re.compile(r'\s(vmlinux\.a|vmlinux\.o|\.tmp_vmlinux\S*|vmlinux)$')
 #: The modules' final links wait for vmlinux.
 MODULE_FINAL = re.compile(r'\S\.ko$')
@@ -124,18 +126,19 @@ def check_variables(src: Path, variants: dict[str, list[str]]) -> None:
                          f'variable {var} (has the change that adds it landed?)')
 
 
-def source_tree(work: Path, integration: Path) -> Path:
-    """WORK/linux: the 6.1 source with the integration applied, reused while
-    the patches are the same."""
-    src = work / 'linux'
-    patches = sorted((integration / 'linux-6.1').glob('*.patch'))
+def source_tree(work: Path, integration: Path, version: str) -> Path:
+    """WORK/linux-VERSION: Linux ``version`` with the integration applied,
+    reused while the patches are the same."""
+    src = work / f'linux-{version}'
+    patches = sorted((integration / f'linux-{version}').glob('*.patch'))
     digest = hashlib.sha256(b''.join(p.read_bytes() for p in patches)).hexdigest()
-    stamp = work / 'linux.patches'
+    stamp = work / f'linux-{version}.patches'
     if src.is_dir() and stamp.exists() and stamp.read_text() == digest:
         return src
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
-    subprocess.run(['tar', '-xf', str(TARBALL), '-C', str(src), '--strip-components=1'], check=True)
+    tarball = f'/usr/src/linux-source-{version}.tar.xz'
+    subprocess.run(['tar', '-xf', tarball, '-C', str(src), '--strip-components=1'], check=True)
     subprocess.run([str(integration / 'apply'), str(src)], check=True, stdout=subprocess.DEVNULL)
     stamp.write_text(digest)
     return src
@@ -243,12 +246,13 @@ def run(opts, work: Path, records: Path) -> dict:
     variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), objbtf)
     if opts.without:
         variants = {name: args for name, args in variants.items() if name not in opts.without}
-    src = source_tree(work, integration)
+    src = source_tree(work, integration, opts.source)
     check_variables(src, variants)
     objbtf_cmd = [objbtf] if resident else None
     described = {'machine': machine_state(opts.objbtf_tree, opts.jobs), 'command': command_line(),
                  'variants': {name: shlex.join(args) for name, args in variants.items()},
-                 'resident': resident, 'jobs': opts.jobs, 'touch': opts.touch,
+                 'source': opts.source, 'resident': resident, 'jobs': opts.jobs,
+                 'touch': opts.touch,
                  'touch_module': opts.touch_module, 'records': str(records)}
     records.write_text(json.dumps({'run': described}) + '\n')
     (work / 'logs').mkdir(exist_ok=True)
@@ -257,7 +261,7 @@ def run(opts, work: Path, records: Path) -> dict:
     for rnd in range(opts.rounds):
         for config in opts.config:
             fragment = fragment_of(work, config)
-            builds = {name: work / config / str(i) for i, name in enumerate(names)}
+            builds = {name: work / opts.source / config / str(i) for i, name in enumerate(names)}
             turns = {'full': 1, 'vmlinux': opts.rebuilds, 'module': opts.rebuilds}
             for step in STEPS:
                 for k in range(turns[step]):
@@ -306,7 +310,8 @@ def report(described: dict, builds: list[Build]) -> str:
         mine = [b for b in builds if b.config == config]
         if not mine:
             continue
-        out.append(f'{config} configuration ({" + ".join(CONFIGS[config])}), make -j{described["jobs"]} '
+        out.append(f'Linux {described.get("source", "6.1")}, {config} configuration '
+                   f'({" + ".join(CONFIGS[config])}), make -j{described["jobs"]} '
                    f'vmlinux modules; medians, ratios to {names[0]} per turn: median (range)')
         out.append(f'{"step":8} {"variant":8} {"turns":>5} {"wall s":>8} {"CPU s":>8} {"tree MB":>8} '
                    f'{"others":>7}  {"wall ratio":>16} {"CPU ratio":>16} {"size":>5}')
@@ -405,6 +410,8 @@ def short(seconds: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--source', choices=SOURCES, default=SOURCES[0],
+                    help='the Linux version built (default %(default)s)')
     ap.add_argument('--config', action='append', choices=list(CONFIGS),
                     help='configuration to build (repeatable; default: both)')
     ap.add_argument('--rounds', type=int, default=3, help='rounds (default 3)')

@@ -215,6 +215,14 @@ def kbuild_6_1_gbtf(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def kbuild_6_12_gbtf(tmp_path_factory):
+    """Linux 6.12 built DWARF-less as kbuild_6_1_gbtf is (its patch 5)."""
+    from kbuild_tree import patched_build, quick_command
+    return patched_build(tmp_path_factory.mktemp('kbuild-6.12-gbtf'), '6.12',
+                         (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'))
+
+
+@pytest.fixture(scope='session')
 def kbuild_6_12(tmp_path_factory):
     """Linux 6.12 (Debian's linux-source-6.12), the Kbuild integration
     applied, built with OBJBTF once per run (kbuild_tree.py)."""

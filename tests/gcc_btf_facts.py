@@ -8,7 +8,9 @@ The differences (README: from the compiler's BTF):
   enum left without values with a full enum of its name, anonymous ones too;
 - types declared inside a function are missing unless a file-scope type
   refers to them: at most as many per kind as the DWARF declares in
-  functions, and a named one only if its name is declared in functions only;
+  functions, and a named one only if its name is declared in functions only
+  (a struct or union declared without its members is a FWD there: 6.12's
+  ``BTF_TYPE_EMIT(struct bpf_iter)`` in a function of kernel/bpf/verifier.c);
 - base types that no DIE refers to (DWARF 5 location expressions' types)
   are missing;
 - a function the unit declares and defines in top-level assembly gets a
@@ -38,7 +40,9 @@ from objbtf.elf.reader import ElfFile
 TYPE_KINDS = {0x13: 'STRUCT', 0x17: 'UNION', 0x04: 'ENUM', 0x16: 'TYPEDEF', 0x0f: 'PTR',
               0x26: 'CONST', 0x35: 'VOLATILE', 0x37: 'RESTRICT', 0x01: 'ARRAY',
               0x15: 'FUNC_PROTO', 0x24: 'INT'}
-NAMED = ('STRUCT', 'UNION', 'ENUM', 'TYPEDEF')
+NAMED = ('STRUCT', 'UNION', 'ENUM', 'TYPEDEF', 'FWD')
+#: Tags of the aggregates that a declaration (DW_AT_declaration) makes a FWD.
+FORWARDED = (0x13, 0x17)
 FACTS = ('local kinds', 'local names', 'top names', 'unused base', 'used base', 'defined',
          'asm functions')
 #: DW_AT_language of gas's DWARF for an assembly file.
@@ -47,8 +51,9 @@ LANG_ASSEMBLER = 0x8001
 
 def dwarf_facts(path: str) -> dict[str, Counter]:
     """One object's facts: per BTF kind, the type DIEs declared in a function
-    ('local kinds'); the named aggregates and typedefs declared in a
-    function or at file scope ('local names', 'top names'); base types no
+    ('local kinds'); the named aggregates, forward declarations and
+    typedefs declared in a function or at file scope ('local names', 'top
+    names'); base types no
     DIE refers to by DW_AT_type, or one does ('unused base', 'used base');
     the functions a C unit defines ('defined') or an assembly one ('asm
     functions')."""
@@ -67,6 +72,8 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
         for d in cu.dies:
             name = d.attrs.get(C.AT_name, '')
             kind = TYPE_KINDS.get(d.tag)
+            if d.tag in FORWARDED and d.attrs.get(C.AT_declaration):
+                kind = 'FWD'
             if kind is not None and not d.top:
                 facts['local kinds'][kind] += 1
             if kind in NAMED and name:
