@@ -252,8 +252,8 @@ def run(opts, work: Path, records: Path) -> dict:
     described = {'machine': machine_state(opts.objbtf_tree, opts.jobs), 'command': command_line(),
                  'variants': {name: shlex.join(args) for name, args in variants.items()},
                  'source': opts.source, 'resident': resident, 'jobs': opts.jobs,
-                 'touch': opts.touch,
-                 'touch_module': opts.touch_module, 'records': str(records)}
+                 'touch': opts.touch, 'touch_module': opts.touch_module,
+                 'records': str(records)}
     records.write_text(json.dumps({'run': described}) + '\n')
     (work / 'logs').mkdir(exist_ok=True)
     names = list(variants)
@@ -272,7 +272,7 @@ def run(opts, work: Path, records: Path) -> dict:
                     else:
                         os.utime(src / (opts.touch if step == 'vmlinux' else opts.touch_module))
                     for name in (names if turn % 2 == 0 else names[::-1]):
-                        log = work / 'logs' / f'{config}-{step}-{turn}-{name}.log'
+                        log = work / 'logs' / f'{opts.source}-{config}-{step}-{turn}-{name}.log'
                         if name in failed:
                             continue
                         load = os.getloadavg()[0]

@@ -53,10 +53,9 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
     """One object's facts: per BTF kind, the type DIEs declared in a function
     ('local kinds'); the named aggregates, forward declarations and
     typedefs declared in a function or at file scope ('local names', 'top
-    names'); base types no
-    DIE refers to by DW_AT_type, or one does ('unused base', 'used base');
-    the functions a C unit defines ('defined') or an assembly one ('asm
-    functions')."""
+    names'); base types no DIE refers to by DW_AT_type, or one does ('unused
+    base', 'used base'); the functions a C unit defines ('defined') or an
+    assembly one ('asm functions')."""
     from objbtf.dwarf import constants as C
     from objbtf.dwarf.reader import read_units
     from objbtf.encoder import _debug_sections, has_dwarf
