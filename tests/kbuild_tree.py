@@ -31,8 +31,9 @@ from conftest import KERNEL_DIR, ROOT, need, objbtf, run
 INTEGRATION = ROOT / 'kbuild-integration'
 #: The files each version's patches change, relative to the top of the source.
 _PATCHED = ['scripts/Kbuild.include', 'scripts/Makefile.build', 'scripts/Makefile.lib',
-            'scripts/mod/modpost.c', 'scripts/Makefile.vmlinux', 'scripts/Makefile.modfinal',
-            'scripts/link-vmlinux.sh', 'include/asm-generic/vmlinux.lds.h']
+            'scripts/mod/modpost.c', 'scripts/Makefile.vmlinux', 'scripts/Makefile.vmlinux_o',
+            'scripts/Makefile.modfinal', 'scripts/link-vmlinux.sh',
+            'include/asm-generic/vmlinux.lds.h']
 PATCHED = {version: _PATCHED + ['lib/Kconfig.debug'] for version in ('6.1', '6.12')}
 
 

@@ -23,6 +23,7 @@ from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_
                          blob_length, kernel_source, kind_counts, layout_files,
                          objbtf_command, quick_command, sections, touched)
 from objbtf.btf import Kind, parse_btf
+from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
 
 
@@ -52,7 +53,8 @@ def test_apply_is_idempotent(tmp_path, version):
     assert first.stdout.splitlines() == [f'Linux {version} layout'] + \
         [f'applied: {p.name}' for p in patches(version)]
     patched = digest(tree)
-    assert set(patched) == set(before) | {'scripts/btf-objects.lds'}
+    assert set(patched) == set(before) | {'scripts/btf-objects.lds',
+                                          'scripts/btf-vmlinux-o.lds'}
     assert all(patched[f] != before[f] for f in PATCHED[version])
     assert '$(cmd_objbtf)' in (tree / 'scripts/Makefile.build').read_text()
 
@@ -245,6 +247,23 @@ def test_btf_link_reads_relocated_objects_without_dwarf(kbuild):
     assert not flags & 2                                   # SHF_ALLOC
     assert blob_length(data) < len(data)                   # many blobs
     assert '.BTF' not in tmp or not tmp['.BTF'][0]
+
+
+#: The sections that carry the objects' BTF.
+OBJECTS_BTF = {'.BTF', '.BTF.objbtf', '.BTF.addrs'}
+
+
+@pytest.mark.kernel
+def test_vmlinux_o_has_the_objects_btf_only_when_vmlinux_is_linked_from_it(kbuild):
+    """modpost's vmlinux.o carries the objects' BTF only where link-vmlinux.sh
+    links vmlinux from it, with CONFIG_X86_KERNEL_IBT (6.12's reference
+    configuration; 6.1's has it off): else it would be a tenth of the tree."""
+    ibt = '\nCONFIG_X86_KERNEL_IBT=y\n' in (kbuild.build / '.config').read_text()
+    assert ibt == (kbuild.version == '6.12')
+    with ElfFile.open(str(kbuild.build / 'vmlinux.o')) as elf:
+        names = {s.name for s in elf.sections}
+    assert bool(names & OBJECTS_BTF) == ibt
+    assert '.modinfo' in names
 
 
 @pytest.mark.kernel
