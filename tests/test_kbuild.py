@@ -409,9 +409,9 @@ def test_a_change_to_vmlinux_types_relinks_every_module(kbuild, modules):
 @pytest.mark.kernel
 def test_a_failed_vmlinux_link_fails_the_build(kbuild, modules):
     """When objbtf link fails (here on an option it does not know), the
-    build stops with link-vmlinux.sh's message and makes no vmlinux (6.1
-    removes it, 6.12 leaves the last one): it does not link in the BTF a
-    previous build left; the next good build gives that BTF again."""
+    build stops with link-vmlinux.sh's message and makes no new vmlinux: it
+    does not link in the BTF a previous build left; the next good build
+    gives that BTF again."""
     build, vmlinux = kbuild.build, kbuild.build / 'vmlinux'
     clean, made = sections(vmlinux)['.BTF'][0], vmlinux.stat().st_mtime_ns
     stderr = kbuild.make('OBJBTF_LINK_FLAGS=--no-such-option', 'vmlinux', fails=True)
