@@ -140,6 +140,17 @@ def make(src: Path, build: Path, *args: str, fails: bool = False) -> str:
     return r.stderr
 
 
+def build_fixture(version: str, variant: str = '') -> str:
+    """The name of conftest's session fixture that builds ``version``
+    (``kbuild_6_12``), or its ``variant`` (``kbuild_6_12_gbtf``)."""
+    return '_'.join(['kbuild', version.replace('.', '_'), *filter(None, [variant])])
+
+
+def vmlinux_members(build: Path) -> list[Path]:
+    """The objects of the build's vmlinux.a (a thin archive), in its order."""
+    return [build / m for m in run('ar', 't', build / 'vmlinux.a').stdout.split()]
+
+
 #: Per version: the temporary vmlinux link.vmlinux.sh makes BTF from (with
 #: OBJBTF its .BTF.objects holds the objects' BTF), and the object holding
 #: the BTF that the final link puts in vmlinux.

@@ -20,8 +20,8 @@ import pytest
 
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
-                         blob_length, kernel_source, kind_counts, layout_files,
-                         objbtf_command, quick_command, sections, touched)
+                         blob_length, build_fixture, kernel_source, kind_counts, layout_files,
+                         objbtf_command, quick_command, sections, touched, vmlinux_members)
 from objbtf.btf import Kind, parse_btf
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
@@ -201,7 +201,7 @@ BUILT = ['6.1', '6.12']
 
 @pytest.fixture(scope='module', params=BUILT)
 def kbuild(request) -> KernelBuild:
-    return request.getfixturevalue('kbuild_' + request.param.replace('.', '_'))
+    return request.getfixturevalue(build_fixture(request.param))
 
 
 @pytest.fixture(scope='module')
@@ -432,7 +432,7 @@ def test_link_flags_relink_and_compile_nothing(kbuild, modules):
     build = kbuild.build
     btf = sections(build / 'vmlinux')['.BTF'][0]
     kos = {ko: (sections(ko)['.BTF'][0], ko.stat().st_mtime_ns) for ko in modules}
-    members = [build / m for m in run('ar', 't', build / 'vmlinux.a').stdout.split()]
+    members = vmlinux_members(build)
     compiled = {m: m.stat().st_mtime_ns for m in members}
     vmlinux_mtime = (build / 'vmlinux').stat().st_mtime_ns
 

@@ -19,21 +19,22 @@ import pytest
 from btf_shapes import lost_enumerators
 from conftest import need, objbtf, run
 from gcc_btf_facts import dwarf_facts, dwarf_only_drops, function_symbols, summed, unexplained
-from kbuild_tree import KernelBuild, assert_valid_split_btf, sections
+from kbuild_tree import (KernelBuild, assert_valid_split_btf, build_fixture, sections,
+                         vmlinux_members)
 from kernel_tree import TMP_VMLINUX
 from objbtf.btf import Btf, parse_btf
 from objbtf.elf.reader import ElfFile
 
 pytestmark = [pytest.mark.kernel, pytest.mark.dwarfless]
 
-#: The sections of the objects' BTF that the link of vmlinux reads.
-OBJECTS_BTF = ('.BTF.objects', '.BTF.objbtf', '.BTF.addrs')
+#: The sections of the temporary vmlinux that hold the objects' BTF for its link.
+LINKED_OBJECTS_BTF = {'.BTF.objects', '.BTF.objbtf', '.BTF.addrs'}
 
 
 @pytest.fixture(scope='module', params=['6.1', '6.12'])
 def gbtf(request) -> KernelBuild:
     """The DWARF-less build of one version (conftest, kbuild_tree.py)."""
-    return request.getfixturevalue(f"kbuild_{request.param.replace('.', '_')}_gbtf")
+    return request.getfixturevalue(build_fixture(request.param, 'gbtf'))
 
 
 @pytest.fixture(scope='module')
@@ -55,10 +56,6 @@ class DwarfPath:
     linked: Path
 
 
-def archive_members(build: Path) -> list[Path]:
-    return [build / m for m in run('ar', 't', build / 'vmlinux.a').stdout.split()]
-
-
 @pytest.fixture(scope='module')
 def dwarf_path(gbtf, request, tmp_path_factory) -> DwarfPath:
     """6.1: the reference build's objects encoded and linked (``encoded_kernel``);
@@ -68,10 +65,10 @@ def dwarf_path(gbtf, request, tmp_path_factory) -> DwarfPath:
         out = tmp_path_factory.mktemp('dwarf-link') / 'vmlinux.btf'
         objbtf('link', '-q', '--output', out, encoded / TMP_VMLINUX, cwd=encoded)
         return DwarfPath(parse_btf(out.read_bytes()),
-                         archive_members(request.getfixturevalue('kernel_build')),
+                         vmlinux_members(request.getfixturevalue('kernel_build')),
                          encoded / TMP_VMLINUX)
-    tree: KernelBuild = request.getfixturevalue('kbuild_' + gbtf.version.replace('.', '_'))
-    return DwarfPath(vmlinux_btf(tree.build), archive_members(tree.build), tree.tmp_vmlinux)
+    tree: KernelBuild = request.getfixturevalue(build_fixture(gbtf.version))
+    return DwarfPath(vmlinux_btf(tree.build), vmlinux_members(tree.build), tree.tmp_vmlinux)
 
 
 def test_configured_without_dwarf(gbtf):
@@ -91,7 +88,7 @@ def test_no_dwarf_anywhere(gbtf, gbtf_modules):
     every object of vmlinux and the modules carries objbtf's chunk, the vDSO
     no BTF."""
     build = gbtf.build
-    members = archive_members(build)
+    members = vmlinux_members(build)
     mod_objects = [build / o for ko in gbtf_modules
                    for o in ko.with_suffix('.mod').read_text().split()]
     with_dwarf, typed, chunked = [], 0, 0
@@ -118,7 +115,7 @@ def test_no_second_copy_of_the_objects_btf(gbtf):
         assert not gbtf.tmp_vmlinux.exists()
     else:
         names = set(sections(gbtf.tmp_vmlinux))
-        assert '.symtab' in names and not names & set(OBJECTS_BTF)
+        assert '.symtab' in names and not names & LINKED_OBJECTS_BTF
 
 
 def test_vmlinux_btf_is_valid(gbtf, kernel_loader):
