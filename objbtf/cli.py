@@ -276,13 +276,19 @@ def stop() -> None:
 
 
 @server.command()
-def command() -> None:
+@click.option('--start', is_flag=True,
+              help='Also start the server of this tree in the background, unless one runs '
+                   '(Kbuild asks with it once per build that compiles: the server is then '
+                   'warm when the first object is encoded).')
+def command(start: bool) -> None:
     """Print the quickest command line that runs objbtf through the server,
     for OBJBTF=: the client in C (objbtf-client, built at install), else
     the interpreter without site (-S) on the bare Python client."""
     import shlex
-    from .client import ROOT
+    from .client import ROOT, prestart
     from .native_client import program
+    if start:
+        prestart()
     native = program()
     click.echo(shlex.quote(str(native)) if native is not None
                else shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))

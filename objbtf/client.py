@@ -247,6 +247,40 @@ def control(kind: str) -> list[dict]:
     return answers
 
 
+def prestart() -> None:
+    """Start the server of the tree in the working directory, unless one
+    listens or the server is off, and return at once: a child waits for it.
+
+    For ``objbtf server command --start``, which Kbuild asks once per build
+    before it compiles anything: the server's start (an interpreter and the
+    imports, 60 to 80 ms) then overlaps make's walk of the tree instead of
+    delaying the first object's encode, which in a rebuild after one edit is
+    on the build's critical path.  The child leaves the caller's stdio at
+    once, so make's $(shell) does not wait for it."""
+    if not enabled():
+        return
+    runtime = runtime_dir()
+    if runtime is None:
+        return
+    code = code_digest()
+    path = socket_path(runtime, posix.getcwd(), code)
+    if len(path.encode(errors='surrogateescape')) > MAX_SOCKET_PATH:
+        return
+    probe = _connect(path)
+    if probe is not None:
+        probe.close()
+        return
+    if posix.fork() == 0:
+        try:
+            posix.setsid()
+            null = posix.open('/dev/null', posix.O_RDWR)
+            for fd in (0, 1, 2):
+                posix.dup2(null, fd)
+            _start(runtime, path, code)
+        finally:
+            posix._exit(0)
+
+
 def _start(runtime: str, path: str, code: str) -> bool:
     """Start the server for ``path`` unless another client just did; whether
     one listens now.  Clients take turns through a lock, so a ``make -j``

@@ -432,6 +432,34 @@ def test_c_client_reaches_the_python_clients_server(tmp_path, runtime, objects):
     served.stop()
 
 
+def test_server_command_start_leaves_a_warm_server_for_the_build(tmp_path, runtime, objects):
+    """``server command --start`` (what Kbuild asks once per build that
+    compiles) prints the same command as without it and returns without
+    waiting for the server it starts in the background (its output pipe
+    closes, though the server runs on); the command it printed then finds
+    that server, started and importing before any object was encoded.  A
+    second --start starts no other; OBJBTF_RESIDENT=0 starts none."""
+    tree = Tree(tmp_path, runtime)
+    plain = tree.run('server', 'command')
+    assert not (runtime / 'objbtf').exists() or not tree.servers()
+    started = tree.run('server', 'command', '--start')
+    assert (started.returncode, started.stdout, started.stderr) == (0, plain.stdout, '')
+    assert wait_for(lambda: len(tree.servers()) == 1)
+    [server] = tree.servers()
+    assert server['requests'] == '0'
+    assert tree.run('server', 'command', '--start').stdout == plain.stdout
+    [name] = populate(tmp_path, objects[:1], 1)
+    assert tree.native(shlex.split(plain.stdout), 'encode', name).returncode == 0
+    [after] = tree.servers()
+    assert (after['pid'], after['requests']) == (server['pid'], '1')
+    tree.stop()
+    off = Tree(tmp_path / 'off', runtime, OBJBTF_RESIDENT='0')
+    off.path.mkdir()
+    assert off.run('server', 'command', '--start').stdout == plain.stdout
+    time.sleep(1)
+    assert off.servers() == [] and tree.servers() == []
+
+
 def test_c_client_hands_the_rest_to_python(tmp_path, runtime, objects):
     """What objbtf-client does not serve itself (help and usage errors,
     which need click; commands the server does not run; OBJBTF_RESIDENT=0;
