@@ -162,15 +162,23 @@ exit 1
 """
 
 
+#: What the top Makefile sets for each kind of goal before it includes
+#: Kbuild.include (``vmlinux``; ``olddefconfig``; ``clean``, ``modules_install``).
+GOAL_VARIABLES = {'compile': ['need-compiler=1'], 'config': ['need-compiler=1', 'config-build=1'],
+                  'install': []}
+
+
 @pytest.mark.parametrize('version', ['6.1', '6.12'])
 @pytest.mark.parametrize('quick', ['/opt/objbtf/objbtf-client', ''])
-@pytest.mark.parametrize('compiles', [True, False])
-def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick, compiles):
+@pytest.mark.parametrize('goal', ['compile', 'config', 'install'])
+def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick, goal):
     """The patched Kbuild.include asks OBJBTF for its quick command once, in
     the top make, and every sub-make runs objbtf with it; when OBJBTF
     cannot say, OBJBTF as given.  A make that compiles (the top Makefile's
-    need-compiler, set before it includes Kbuild.include) asks with
-    --start, so that the server starts then; others (clean, install) not."""
+    need-compiler, set before it includes Kbuild.include, as config-build
+    is) asks with --start, so that the server starts then; a *config make
+    (which needs the compiler too) and one that does not compile (clean,
+    install) do not."""
     tree = apply_tree(tmp_path, version)
     assert apply(tree).returncode == 0
     (tmp_path / 'Makefile').write_text(RESOLVE_MAKEFILE)
@@ -178,13 +186,14 @@ def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick
     fake.write_text(FAKE_OBJBTF)
     fake.chmod(0o755)
     r = run('make', '-s', '-C', tmp_path, f'SRC={tree}', f'OBJBTF={fake}',
-            *(['need-compiler=1'] if compiles else []), env={**os.environ, 'QUICK': quick})
+            *GOAL_VARIABLES[goal], env={**os.environ, 'QUICK': quick})
     expected = quick or str(fake)
     assert r.stdout.splitlines() == [f'top: {expected} {expected}', f'sub: {expected} {expected}']
-    asked = 'server command --start' if compiles else 'server command'
+    asked = 'server command --start' if goal == 'compile' else 'server command'
     assert (tmp_path / 'objbtf.log').read_text().splitlines() == [asked]
     top = (tree / 'Makefile').read_text()
-    assert top.index('\nneed-compiler') < top.index('\ninclude $(srctree)/scripts/Kbuild.include')
+    included = top.index('\ninclude $(srctree)/scripts/Kbuild.include')
+    assert top.index('\nneed-compiler') < included and top.index('config-build := 1') < included
 
 
 def test_the_real_objbtf_names_its_quick_command(tmp_path):
