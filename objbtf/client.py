@@ -249,14 +249,15 @@ def control(kind: str) -> list[dict]:
 
 def prestart() -> None:
     """Start the server of the tree in the working directory, unless one
-    listens or the server is off, and return at once: a child waits for it.
+    listens or the server is off, and return without waiting for it.
 
     For ``objbtf server command --start``, which Kbuild asks once per build
     before it compiles anything: the server's start (an interpreter and the
     imports, 60 to 80 ms) then overlaps make's walk of the tree instead of
     delaying the first object's encode, which in a rebuild after one edit is
-    on the build's critical path.  The child leaves the caller's stdio at
-    once, so make's $(shell) does not wait for it."""
+    on the build's critical path.  The server holds the start lock until it
+    listens (``_start``), so a client that comes sooner waits for it rather
+    than starting another."""
     if not enabled():
         return
     runtime = runtime_dir()
@@ -264,27 +265,16 @@ def prestart() -> None:
         return
     code = code_digest()
     path = socket_path(runtime, posix.getcwd(), code)
-    if len(path.encode(errors='surrogateescape')) > MAX_SOCKET_PATH:
-        return
-    probe = _connect(path)
-    if probe is not None:
-        probe.close()
-        return
-    if posix.fork() == 0:
-        try:
-            posix.setsid()
-            null = posix.open('/dev/null', posix.O_RDWR)
-            for fd in (0, 1, 2):
-                posix.dup2(null, fd)
-            _start(runtime, path, code)
-        finally:
-            posix._exit(0)
+    if len(path.encode(errors='surrogateescape')) <= MAX_SOCKET_PATH:
+        _start(runtime, path, code, wait=False)
 
 
-def _start(runtime: str, path: str, code: str) -> bool:
+def _start(runtime: str, path: str, code: str, wait: bool = True) -> bool:
     """Start the server for ``path`` unless another client just did; whether
-    one listens now.  Clients take turns through a lock, so a ``make -j``
-    storm starts one server."""
+    one listens now (or, without ``wait``, whether one was started or was
+    there).  Clients take turns through a lock, so a ``make -j`` storm
+    starts one server.  Without ``wait``, the server inherits the lock and
+    releases it once it listens."""
     import fcntl
     lock = posix.open(f'{runtime}/start.lock',
                       posix.O_RDWR | posix.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
@@ -298,22 +288,29 @@ def _start(runtime: str, path: str, code: str) -> bool:
             posix.unlink(path)              # a dead server's socket
         except FileNotFoundError:
             pass
-        return _spawn(path, code)
+        if not wait:
+            _spawn(path, code, lock)
+            return True
+        ready_r, ready_w = posix.pipe()
+        try:
+            _spawn(path, code, ready_w)
+        finally:
+            posix.close(ready_w)
+        return _ready(ready_r)
     except OSError:
         return False
     finally:
         posix.close(lock)
 
 
-def _spawn(path: str, code: str) -> bool:
-    """Start the server (``objbtf.server.main``) in a session of its own, stdio on
-    /dev/null, and wait until it listens on ``path``."""
-    import select
-    ready_r, ready_w = posix.pipe()
+def _spawn(path: str, code: str, signal_fd: int) -> None:
+    """Start the server (``objbtf.server.main``) in a session of its own,
+    stdio on /dev/null, every descriptor closed but ``signal_fd``, which it
+    closes once it listens on ``path`` (writing b'1' first if it is a pipe)."""
     argv = [sys.executable, '-P', '-c',
             'import sys; sys.path.insert(0, sys.argv[1]); '
             'from objbtf.server import main; main(sys.argv[2:])',
-            ROOT, path, code, str(ready_w)]
+            ROOT, path, code, str(signal_fd)]
     pid = posix.fork()
     if pid == 0:
         try:
@@ -321,13 +318,17 @@ def _spawn(path: str, code: str) -> bool:
             null = posix.open('/dev/null', posix.O_RDWR)
             for fd in (0, 1, 2):
                 posix.dup2(null, fd)
-            posix.set_inheritable(ready_w, True)
-            posix.closerange(3, ready_w)
-            posix.closerange(ready_w + 1, 1 << 16)
+            posix.set_inheritable(signal_fd, True)
+            posix.closerange(3, signal_fd)
+            posix.closerange(signal_fd + 1, 1 << 16)
             posix.execv(sys.executable, argv)
         finally:
             posix._exit(127)
-    posix.close(ready_w)
+
+
+def _ready(ready_r: int) -> bool:
+    """Whether the server said on the pipe ``ready_r`` that it listens."""
+    import select
     try:
         readable, _, _ = select.select([ready_r], [], [], START_TIMEOUT)
         return bool(readable) and posix.read(ready_r, 1) == b'1'

@@ -34,6 +34,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import sys
 import time
 
@@ -479,15 +480,18 @@ def _run(parsed) -> int:
 
 
 def main(args: list[str]) -> None:
-    """The server's process, as ``client._spawn`` starts it: PATH CODE READY_FD."""
+    """The server's process, as ``client._spawn`` starts it: PATH CODE FD,
+    FD closed once it listens: the pipe a client waits on, or the start lock
+    that ``client.prestart`` handed over."""
     path, code, ready = args[0], args[1], int(args[2])
     if code_digest() != code:       # the client saw other code than this is
         os._exit(1)
     server = Server(path, code)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, server.terminate)
-    os.write(ready, b'1')
-    os.close(ready)
+    if stat.S_ISFIFO(os.fstat(ready).st_mode):     # a client waits on this pipe
+        os.write(ready, b'1')
+    os.close(ready)                 # or this is the start lock, held until now
     os.chdir('/')
     for name in WARM:
         try:

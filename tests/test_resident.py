@@ -435,25 +435,23 @@ def test_c_client_reaches_the_python_clients_server(tmp_path, runtime, objects):
 def test_server_command_start_leaves_a_warm_server_for_the_build(tmp_path, runtime, objects):
     """``server command --start`` (what Kbuild asks once per build that
     compiles) prints the same command as without it and returns without
-    waiting for the server it starts in the background (its output pipe
-    closes, though the server runs on); the command it printed then finds
-    that server, started and importing before any object was encoded.  A
-    second --start starts no other; OBJBTF_RESIDENT=0 starts none.  The
-    server would idle for 600 s: had the call waited for it, ``run`` would
-    time out."""
+    waiting for the server it starts (which would idle for 600 s: had the
+    call waited for its end, ``run`` would time out).  An encode right after
+    it, before that server can listen, waits on the start lock the server
+    holds until it does, and is its first request: one server, no other
+    started.  A second --start starts none; OBJBTF_RESIDENT=0 none at all."""
     tree = Tree(tmp_path, runtime, OBJBTF_RESIDENT_IDLE='600')
     plain = tree.run('server', 'command')
     assert tree.servers() == []
+    [name] = populate(tmp_path, objects[:1], 1)
     started = tree.run('server', 'command', '--start')
     assert (started.returncode, started.stdout, started.stderr) == (0, plain.stdout, '')
-    assert wait_for(lambda: len(tree.servers()) == 1)
-    [server] = tree.servers()
-    assert server['requests'] == '0'
-    assert tree.run('server', 'command', '--start').stdout == plain.stdout
-    [name] = populate(tmp_path, objects[:1], 1)
     assert tree.native(shlex.split(plain.stdout), 'encode', name).returncode == 0
-    [after] = tree.servers()
-    assert (after['pid'], after['requests']) == (server['pid'], '1')
+    [server] = tree.servers()
+    assert server['requests'] == '1'
+    assert tree.run('server', 'command', '--start').stdout == plain.stdout
+    [again] = tree.servers()
+    assert (again['pid'], again['requests']) == (server['pid'], '1')
     tree.stop()
     off = Tree(tmp_path / 'off', runtime, OBJBTF_RESIDENT='0')
     off.path.mkdir()
