@@ -22,7 +22,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 COMPILED = re.search(r'^COMPILED = \(([^)]*)\)', (HERE / 'objbtf' / '__init__.py').read_text(),
                      re.M).group(1)
-MODULES = [f'objbtf/{m.replace(".", "/")}.py' for m in re.findall(r"'([\w.]+)'", COMPILED)]
+MODULES = [f'{m.replace(".", "/")}.py' for m in re.findall(r"'([\w.]+)'", COMPILED)]
 
 
 def _warn(message: str) -> None:

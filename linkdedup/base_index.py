@@ -43,6 +43,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterator
+from typing import cast
 from contextlib import contextmanager
 from hashlib import blake2b
 from pathlib import Path
@@ -109,8 +110,9 @@ def module_code(name: str) -> bytes:
     module's is mypyc's shim, the same bytes whatever the code, and its
     ``__file__`` depends on which module imported it first (a resident
     server's said objbtf/objbtf/btf/dedup...so, which is no file)."""
-    top = sys.modules[name.partition('.')[0]]
-    source = Path(top.__file__).parent.parent / (name.replace('.', '/') + '.py')
+    top = sys.modules[name.partition('.')[0]].__file__
+    assert top is not None          # a package's __init__.py, never compiled
+    source = Path(top).parent.parent / (name.replace('.', '/') + '.py')
     if source.exists():
         return source.read_bytes()
     return Path(native_lib() or source).read_bytes()
@@ -154,6 +156,7 @@ def build_index(raw: bytes, key: bytes) -> bytes:
     _table(sections, 'by_name', names)
     _table(sections, 'composites', composites)
     _table(sections, 'groups', group_places)
+    assert btf.strings is not None      # parse_btf reads the section
     _table(sections, 'strings', _first_offsets(btf.strings))
     return _layout(key, len(types), sections)
 
@@ -250,10 +253,10 @@ class BaseIndex:
     def __init__(self, buf: bytes | mmap.mmap, raw: bytes):
         view = memoryview(buf)
         _magic, self.key, self.count = _HEADER.unpack_from(buf)
-        self._arrays = {}
+        self._arrays: dict[str, memoryview] = {}
         for k, (name, code) in enumerate(_SECTIONS):
             offset, length = _PLACE.unpack_from(buf, _HEADER.size + k * _PLACE.size)
-            self._arrays[name] = view[offset:offset + length].cast(code)
+            self._arrays[name] = view[offset:offset + length].cast(code)  # type: ignore[call-overload]
         self.hashes = self._arrays['hashes']
         self._kinds: list[Kind] | None = None
         self._tables = {}
@@ -293,7 +296,7 @@ class BaseIndex:
         """The same list each time (dedup copies it): a process may link
         many modules on one index (``pipeline._last_base``)."""
         if self._kinds is None:
-            self._kinds = list(map(_KIND_OF.__getitem__, self._arrays['kinds']))
+            self._kinds = [cast(Kind, _KIND_OF[k]) for k in self._arrays['kinds']]
         return self._kinds
 
     def groups(self) -> IndexGroups:
@@ -351,6 +354,7 @@ class _IndexedStrings(StringReader):
     a cycle would leave every module link's base types to the cyclic
     garbage collector."""
     __slots__ = ('table',)
+    table: tuple[memoryview, memoryview, int, int]
 
     def find(self, s: str) -> int | None:
         """The first offset of ``s`` in the section."""

@@ -213,17 +213,18 @@ def _parse_positions(parts: list[_Part], positions: Iterable[int],
     """The types at these positions, their refs still local to their blob;
     read blob by blob, each released once read."""
     out = {}
-    part = None
+    part: _Part | None = None
     for pos in sorted(positions):
-        if part is not parts[pos >> _LOCAL_BITS]:
+        current = parts[pos >> _LOCAL_BITS]
+        if part is not current:
             if part is not None:
                 part.strings.release()
                 release(part.blob)
-            part = parts[pos >> _LOCAL_BITS]
+            part = current
         try:
-            out[pos] = part.parse(pos & _LOCAL_MASK)
+            out[pos] = current.parse(pos & _LOCAL_MASK)
         except BtfError as err:
-            raise BtfError(f'{part.blob.label}: {err}') from None
+            raise BtfError(f'{current.blob.label}: {err}') from None
     if part is not None:
         part.strings.release()
         release(part.blob)

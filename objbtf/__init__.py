@@ -11,11 +11,14 @@ Only ``posix`` and ``sys`` here: the bare client imports this package.
 import posix
 import sys
 
-#: The modules setup.py compiles, relative to this package.
-COMPILED = ('btf.dedup', 'btf.hashing', 'btf.reader', 'btf.strings', 'btf.types', 'btf.validate',
-            'btf.writer', 'compiler_btf.loader', 'dwarf.constants', 'dwarf.loader',
-            'dwarf.locations', 'dwarf.reader', 'elf.reader', 'elf.relocs', 'encoder',
-            'functions', 'rules')
+#: The modules setup.py compiles: the per-object path's, and the module
+#: link's own passes (merge, and the dedup through the base's index).
+COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objbtf.btf.strings',
+            'objbtf.btf.types', 'objbtf.btf.validate', 'objbtf.btf.writer',
+            'objbtf.compiler_btf.loader', 'objbtf.dwarf.constants', 'objbtf.dwarf.loader',
+            'objbtf.dwarf.locations', 'objbtf.dwarf.reader', 'objbtf.elf.reader',
+            'objbtf.elf.relocs', 'objbtf.encoder', 'objbtf.functions', 'objbtf.rules',
+            'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the
@@ -23,6 +26,8 @@ NATIVE_LIB = '_native__mypyc'
 EDIT_SLACK_NS = 2_000_000_000
 
 _HERE = __file__.rpartition('/')[0] or '.'
+#: The directory holding the objbtf and linkdedup packages.
+_ROOT = _HERE.rpartition('/')[0] or '.'
 
 
 def native_lib() -> str | None:
@@ -41,7 +46,7 @@ def _choose() -> str:
         return 'pure Python (OBJBTF_PURE)'
     built = posix.stat(lib).st_mtime_ns
     for module in COMPILED:
-        source = f'{_HERE}/{module.replace(".", "/")}.py'
+        source = f'{_ROOT}/{module.replace(".", "/")}.py'
         try:
             if posix.stat(source).st_mtime_ns > built + EDIT_SLACK_NS:
                 return f'pure Python ({source} is newer than the compiled modules)'
@@ -63,7 +68,7 @@ class _SourcesOnly:
 
     @staticmethod
     def find_spec(name: str, path=None, target=None):
-        if not name.startswith('objbtf.') or name[7:] not in COMPILED or not path:
+        if name not in COMPILED or not path:
             return None
         from importlib.machinery import SOURCE_SUFFIXES, FileFinder, SourceFileLoader
         for entry in path:

@@ -55,7 +55,7 @@ def test_install_compiles_the_hot_path(compiled):
     assert python(compiled, WHICH).startswith(f'compiled (mypyc) {compiled}/objbtf/dwarf/reader.')
     assert python(compiled, WHICH).endswith('.so')
     for module in objbtf.COMPILED:
-        assert list((compiled / 'objbtf').glob(f'{module.replace(".", "/")}.*.so')), module
+        assert list(compiled.glob(f'{module.replace(".", "/")}.*.so')), module
     version = run(sys.executable, '-m', 'objbtf', '--version',
                   env={**os.environ, 'PYTHONPATH': str(compiled)}, cwd=compiled).stdout
     assert version.strip().endswith(', compiled (mypyc)')

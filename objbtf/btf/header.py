@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import overload
 
 from .errors import BtfError
 from .kinds import BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION
@@ -95,12 +96,22 @@ class BtfHeader:
         """Bytes of the whole blob: header and sections."""
         return self.hdr_len + max(self.type_off + self.type_len, self.str_off + self.str_len)
 
-    def types(self, data: bytes) -> bytes:
+    @overload
+    def types(self, data: bytes) -> bytes: ...
+    @overload
+    def types(self, data: memoryview) -> memoryview: ...
+
+    def types(self, data: bytes | memoryview) -> bytes | memoryview:
         """The type section of the blob ``data``."""
         start = self.hdr_len + self.type_off
         return data[start:start + self.type_len]
 
-    def strings(self, data: bytes) -> bytes:
+    @overload
+    def strings(self, data: bytes) -> bytes: ...
+    @overload
+    def strings(self, data: memoryview) -> memoryview: ...
+
+    def strings(self, data: bytes | memoryview) -> bytes | memoryview:
         """The string section of the blob ``data``."""
         start = self.hdr_len + self.str_off
         return data[start:start + self.str_len]
