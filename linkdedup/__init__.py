@@ -31,3 +31,7 @@
 Passes 2 to 6 remove types through ``tombstone`` so that ids do not move
 before dedup; ``workers`` shares passes 1 and 2 among ``-j`` processes.
 """
+
+# objbtf decides whether the compiled modules (objbtf.COMPILED, three of
+# them here) or their sources run; it must, before any module here loads.
+import objbtf  # noqa: E402,F401

@@ -66,6 +66,15 @@ def test_pure_switch(compiled):
     assert out == f'pure Python (OBJBTF_PURE) {compiled}/objbtf/dwarf/reader.py'
 
 
+def test_pure_switch_holds_for_the_link_modules_imported_first(compiled):
+    """linkdedup's compiled modules follow objbtf's choice even when one of
+    them is the first thing imported (linkdedup imports objbtf first)."""
+    merge = 'import linkdedup.merge as m; print(m.__file__)'
+    assert python(compiled, merge).startswith(f'{compiled}/linkdedup/merge.')
+    assert python(compiled, merge).endswith('.so')
+    assert python(compiled, merge, OBJBTF_PURE='1') == f'{compiled}/linkdedup/merge.py'
+
+
 def test_compiled_and_pure_encode_the_same_bytes(compiled, tmp_path):
     """Every object encoded by the compiled modules, by the same install with
     OBJBTF_PURE=1 and by this checkout's sources: the same bytes."""
