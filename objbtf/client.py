@@ -275,11 +275,11 @@ def _start(runtime: str, path: str, code: str, wait: bool = True) -> bool:
     there).  Clients take turns through a lock, so a ``make -j`` storm
     starts one server.  Without ``wait``, the server inherits the lock and
     releases it once it listens."""
-    import fcntl
     lock = posix.open(f'{runtime}/start.lock',
                       posix.O_RDWR | posix.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _take_lock(lock, START_TIMEOUT if wait else 0.0):
+            return False
         probe = _connect(path)
         if probe is not None:
             probe.close()
@@ -301,6 +301,26 @@ def _start(runtime: str, path: str, code: str, wait: bool = True) -> bool:
         return False
     finally:
         posix.close(lock)
+
+
+def _take_lock(lock: int, timeout: float) -> bool:
+    """Whether the start lock was taken within ``timeout`` seconds.  A
+    server holds it from its start until it listens: one that hangs before
+    must not hang every client (they then run their commands in process),
+    nor make, for which ``prestart`` does not wait at all."""
+    import fcntl
+    import select
+    pause, waited = 0.001, 0.0
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if waited >= timeout:
+                return False
+        select.select([], [], [], pause)
+        waited += pause
+        pause = min(pause * 2, 0.05)
 
 
 def _spawn(path: str, code: str, signal_fd: int) -> None:

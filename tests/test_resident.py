@@ -460,6 +460,31 @@ def test_server_command_start_leaves_a_warm_server_for_the_build(tmp_path, runti
     assert off.servers() == [] and tree.servers() == []
 
 
+def test_a_start_lock_never_released_delays_but_never_hangs(tmp_path, runtime, objects):
+    """A server holds the start lock from its start until it listens; one
+    hung before that (here: this test holding the lock) must not hang
+    anything.  ``server command --start`` returns at once and starts
+    nothing; an encode waits the client's START_TIMEOUT for the lock, then
+    runs in process, with the in-process bytes."""
+    import fcntl
+    from objbtf.client import START_TIMEOUT
+    tree = Tree(tmp_path, runtime)
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    [name] = populate(tmp_path, objects[:1], 1)
+    populate(local.path, objects[:1], 1)
+    (runtime / 'objbtf').mkdir(mode=0o700)
+    with open(runtime / 'objbtf' / 'start.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = tree.run('server', 'command', '--start')
+        assert started.returncode == 0 and started.stdout.strip()
+        before = time.monotonic()
+        assert tree.run('encode', name).returncode == 0
+        assert time.monotonic() - before >= START_TIMEOUT
+        assert tree.servers() == []
+    assert local.run('encode', name).returncode == 0
+    assert (tmp_path / name).read_bytes() == (local.path / name).read_bytes()
+
+
 def test_c_client_hands_the_rest_to_python(tmp_path, runtime, objects):
     """What objbtf-client does not serve itself (help and usage errors,
     which need click; commands the server does not run; OBJBTF_RESIDENT=0;
