@@ -43,10 +43,10 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterator
-from typing import cast
 from contextlib import contextmanager
 from hashlib import blake2b
 from pathlib import Path
+from typing import cast
 
 from objbtf import native_lib
 from objbtf.btf import dedup as _dedup_module
@@ -256,7 +256,8 @@ class BaseIndex:
         self._arrays: dict[str, memoryview] = {}
         for k, (name, code) in enumerate(_SECTIONS):
             offset, length = _PLACE.unpack_from(buf, _HEADER.size + k * _PLACE.size)
-            self._arrays[name] = view[offset:offset + length].cast(code)  # type: ignore[call-overload]
+            section = view[offset:offset + length]
+            self._arrays[name] = section.cast(code)  # type: ignore[call-overload]
         self.hashes = self._arrays['hashes']
         self._kinds: list[Kind] | None = None
         self._tables = {}
