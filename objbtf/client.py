@@ -138,13 +138,10 @@ def serve(argv: list[str]) -> int | None:
     """Run ``argv`` (a SERVED command) through the server; its exit status, or
     None when it must run in this process."""
     try:
-        runtime = runtime_dir()
-        if runtime is None:
+        address = _address()
+        if address is None:
             return None
-        code = code_digest()
-        path = socket_path(runtime, posix.getcwd(), code)
-        if len(path.encode(errors='surrogateescape')) > MAX_SOCKET_PATH:
-            return None
+        runtime, path, code = address
         for attempt in range(2):
             status = _request(path, argv)
             if status is not _NOT_SERVED:
@@ -260,13 +257,25 @@ def prestart() -> None:
     than starting another."""
     if not enabled():
         return
+    try:
+        address = _address()
+        if address is not None:
+            _start(*address, wait=False)
+    except OSError:         # as in serve: the build runs without the server
+        return
+
+
+def _address() -> tuple[str, str, str] | None:
+    """(runtime directory, socket path, code digest) of the server of the
+    tree in the working directory; None when there can be none."""
     runtime = runtime_dir()
     if runtime is None:
-        return
+        return None
     code = code_digest()
     path = socket_path(runtime, posix.getcwd(), code)
-    if len(path.encode(errors='surrogateescape')) <= MAX_SOCKET_PATH:
-        _start(runtime, path, code, wait=False)
+    if len(path.encode(errors='surrogateescape')) > MAX_SOCKET_PATH:
+        return None
+    return runtime, path, code
 
 
 def _start(runtime: str, path: str, code: str, wait: bool = True) -> bool:
