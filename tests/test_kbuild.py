@@ -21,7 +21,8 @@ import pytest
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
                          blob_length, build_fixture, kernel_source, kind_counts, layout_files,
-                         objbtf_command, quick_command, sections, touched, vmlinux_members)
+                         objbtf_command, patched_source, quick_command, sections, touched,
+                         vmlinux_members)
 from objbtf.btf import Kind, parse_btf
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
@@ -252,6 +253,21 @@ def test_links_check_their_objects_and_are_quiet(kbuild, modules):
     for ko in modules:
         saved = (ko.parent / f'.{ko.name}.cmd').read_text()
         assert f'--objects {ko.relative_to(kbuild.build).with_suffix(".mod")}' in saved
+
+
+@pytest.mark.kernel
+def test_configure_is_quiet_unless_a_step_fails(tmp_path_factory, tmp_path):
+    """configure prints nothing when it succeeds (tinyconfig alone lists
+    every value it overrides); when a step fails, that step's output, then
+    which command failed."""
+    src = patched_source(tmp_path_factory.getbasetemp(), '6.1')
+    configured = run(INTEGRATION / 'configure', src, tmp_path / 'build')
+    assert configured.stdout == configured.stderr == ''
+    assert 'CONFIG_DEBUG_INFO_BTF=y' in (tmp_path / 'build/.config').read_text()
+    result = run(INTEGRATION / 'configure', src, tmp_path / 'other', 'ARCH=none', check=False)
+    assert result.returncode == 1
+    assert 'arch/none/Makefile' in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1].startswith('configure: failed: make '), result.stderr
 
 
 @pytest.mark.kernel
