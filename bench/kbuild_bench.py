@@ -44,6 +44,13 @@ trusted: trust.py) is printed and appended to --results with the command
 line and the machine's state.  --from-records reports on an earlier run's
 records, finished or not.
 
+With --ccache every variant compiles with ``CC='ccache gcc'`` (one
+CCACHE_DIR in WORK, shared: CCACHE_NOHASHDIR, since each variant builds in
+its own directory), and objbtf keeps its encodes in OBJBTF_CACHE_DIR
+(objbtf/encode_cache.py): a CI farm's setting.  An untimed full build of
+each variant first fills both caches, so that every measured build finds
+them warm.
+
 About 25 minutes per round and configuration for two variants on 2 quiet
 CPUs; far more on a shared machine, whose figures the report flags.
 """
@@ -246,6 +253,12 @@ def run(opts, work: Path, records: Path) -> dict:
     variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), objbtf)
     if opts.without:
         variants = {name: args for name, args in variants.items() if name not in opts.without}
+    if opts.ccache:
+        if shutil.which('ccache') is None:
+            sys.exit('kbuild_bench: --ccache needs ccache (apt-get install ccache)')
+        env.update(CCACHE_DIR=str(work / 'ccache'), CCACHE_NOHASHDIR='1',
+                   OBJBTF_CACHE_DIR=str(work / 'encode-cache'))
+        variants = {name: [*args, 'CC=ccache gcc'] for name, args in variants.items()}
     src = source_tree(work, integration, opts.source)
     check_variables(src, variants)
     objbtf_cmd = [objbtf] if resident else None
@@ -253,11 +266,13 @@ def run(opts, work: Path, records: Path) -> dict:
                  'variants': {name: shlex.join(args) for name, args in variants.items()},
                  'source': opts.source, 'resident': resident, 'jobs': opts.jobs,
                  'touch': opts.touch, 'touch_module': opts.touch_module,
-                 'records': str(records)}
+                 'records': str(records), 'ccache': opts.ccache}
     records.write_text(json.dumps({'run': described}) + '\n')
     (work / 'logs').mkdir(exist_ok=True)
     names = list(variants)
     failed: set[str] = set()
+    if opts.ccache:
+        warm_caches(opts, work, src, integration, variants, env, objbtf_cmd)
     for rnd in range(opts.rounds):
         for config in opts.config:
             fragment = fragment_of(work, config)
@@ -293,6 +308,20 @@ def run(opts, work: Path, records: Path) -> dict:
                         with open(records, 'a') as f:
                             f.write(json.dumps(asdict(b)) + '\n')
     return described
+
+
+def warm_caches(opts, work: Path, src: Path, integration: Path, variants: dict[str, list[str]],
+                env: dict[str, str], objbtf_cmd: list[str] | None) -> None:
+    """--ccache: one untimed full build of each variant and configuration,
+    in its own directory, so that the measured ones find the caches warm."""
+    for config in opts.config:
+        fragment = fragment_of(work, config)
+        for i, (name, args) in enumerate(variants.items()):
+            build = work / opts.source / config / str(i)
+            print(f'{config} warming the caches: {name}', file=sys.stderr)
+            configure(integration, src, build, fragment, args)
+            timed_make(src, build, opts.jobs, args, env, objbtf_cmd,
+                       work / 'logs' / f'{opts.source}-{config}-warm-{name}.log')
 
 
 def read_records(path: Path) -> tuple[dict, list[Build]]:
@@ -424,6 +453,9 @@ def main() -> int:
     ap.add_argument('--variant', action='append', default=[], metavar="'NAME=MAKE ARGS'",
                     help='another variant ({objbtf} is the objbtf under test)')
     ap.add_argument('--gbtf', action='store_true', help=f"add the DWARF-less build: --variant '{GBTF}'")
+    ap.add_argument('--ccache', action='store_true',
+                    help="every variant with CC='ccache gcc', objbtf with OBJBTF_CACHE_DIR, "
+                         'both caches warmed by an untimed build first')
     ap.add_argument('--without', action='append', default=[], choices=['objbtf'],
                     help='leave a default variant out (e.g. --gbtf --without objbtf: the '
                          'DWARF-less build against the stock one alone, in half the time)')
@@ -460,7 +492,9 @@ def main() -> int:
                 f'Machine: {described["machine"]}. Variants: {variants}. Steps: full build, '
                 f'then after touching {described["touch"]}, then {described["touch_module"]}. '
                 f'Resident server: {"yes" if described["resident"] else "not in this objbtf"}. '
-                f'Records: {described["records"]}.\n\n```\n{text}\n```\n')
+                + ('Compiler cache: ccache, and objbtf\'s encode cache, both warmed by an '
+                   'untimed full build of each variant. ' if described.get('ccache') else '')
+                + f'Records: {described["records"]}.\n\n```\n{text}\n```\n')
     return 0
 
 

@@ -24,13 +24,13 @@ import struct
 import zlib
 from dataclasses import dataclass
 from hashlib import blake2b
-from pathlib import Path
 
 from objbtf.btf.kinds import KINDS, TYPE_HEAD_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, VarSecinfo
 from objbtf.btf.writer import rewrite_type
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
+from objbtf.sources import source_digest
 
 from .concat import Blob
 from .datasec import misplaced
@@ -39,7 +39,6 @@ from .relocate import Field, place_fields, section_offsets
 
 MAGIC = b'OBTFLINKCACHE\x00\x00\x02'
 _KEY_LEN = 32
-_CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / 'objbtf')
 
 
 def cache_key(chunks: list, ambiguous: set[str], kfuncs: Kfuncs, features: list[str],
@@ -47,7 +46,7 @@ def cache_key(chunks: list, ambiguous: set[str], kfuncs: Kfuncs, features: list[
     """The key of a link; ``chunks`` in merge order."""
     h = blake2b(digest_size=_KEY_LEN)
     h.update(MAGIC)
-    h.update(_code_digest())
+    h.update(source_digest('linkdedup', 'objbtf'))
     h.update(json.dumps([section, features, sorted(ambiguous), sorted(kfuncs.items())]).encode())
     for c in chunks:
         h.update(struct.pack('<II', len(c.hashes), c.btf_size))
@@ -56,17 +55,6 @@ def cache_key(chunks: list, ambiguous: set[str], kfuncs: Kfuncs, features: list[
         h.update(c.flags)
         h.update(struct.pack('<I', len(c.raw_facts)))
         h.update(c.raw_facts)
-    return h.digest()
-
-
-def _code_digest() -> bytes:
-    """A digest of the code that makes the final BTF: an upgraded or edited
-    objbtf does not replay what an older one wrote."""
-    h = blake2b(digest_size=16)
-    for root in _CODE:
-        for src in sorted(root.rglob('*.py')):
-            h.update(str(src.relative_to(root)).encode())
-            h.update(src.read_bytes())
     return h.digest()
 
 

@@ -99,6 +99,11 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     (assembly, -g0) gets a notice and only the chunk, no .BTF: the link
     then knows the object was not left out.  A broken object gets a
     one-line error and stays untouched; the exit status is then 1.
+
+    With OBJBTF_CACHE_DIR=DIR in the environment, each encode is kept in
+    DIR by the object's bytes, path and features and objbtf's code, and an
+    object seen before (one ccache restored) gets the kept sections
+    without encoding; OBJBTF_CACHE_SIZE (default 2G) bounds DIR.
     """
     from .commands import run_encode
     sys.exit(run_encode(list(objects), features, quiet))
@@ -113,7 +118,8 @@ def cc(command: tuple[str, ...], features: Features) -> None:
     \b
     Example:  objbtf cc -- gcc -g -c -o foo.o foo.c
     Returns the compiler's exit status.  When the compile fails, nothing is
-    encoded and the failed output is removed, as make expects.
+    encoded and the failed output is removed, as make expects.  The encode
+    uses OBJBTF_CACHE_DIR as objbtf encode does (see its --help).
     """
     from .commands import run_cc
     sys.exit(run_cc(list(command), features))

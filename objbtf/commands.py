@@ -38,18 +38,28 @@ def _say(message: str) -> None:
 
 
 def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
-    """Encode each object in place; 1 if any failed, else 0."""
+    """Encode each object in place, through the encode cache if
+    OBJBTF_CACHE_DIR names one; 1 if any failed (or the cache's size is
+    not a size), else 0."""
+    from .encode_cache import CacheConfigError, EncodeCache
     from .encode_file import EncodeFailure, encode_path
+    try:
+        cache = EncodeCache.from_environment()
+    except CacheConfigError as err:
+        _say(str(err))
+        return 1
     failed = False
     for path in objects:
         try:
-            result = encode_path(path, features)
+            result = encode_path(path, features, cache)
         except EncodeFailure as err:
             _say(str(err))
             failed = True
             continue
         if result is None and not quiet:
             _say(f'{path}: no DWARF types: no .BTF, only a .BTF.objbtf chunk naming it')
+    if cache is not None and cache.problem is not None:
+        _say(f'{cache.problem}: encoded without keeping it')
     return 1 if failed else 0
 
 

@@ -6,7 +6,9 @@ from .btf.types import gc_paused
 from .compiler_btf.loader import encode_compiler_btf
 from .elf.errors import FileChanged
 from .elf.reader import ElfFile
-from .encoder import BTF_SECTION, Encoded, encode_elf, has_dwarf, write_sections, write_typeless_chunk
+from .encode_cache import EncodeCache
+from .encoder import (BTF_SECTION, Encoded, Written, encode_elf, has_dwarf, write_sections,
+                      write_typeless_chunk, written)
 from .errors import ObjbtfError
 from .features import Features
 from .files import error_text
@@ -22,8 +24,10 @@ class EncodeFailure(ObjbtfError):
 RETRIES = 5
 
 
-def encode_path(path: str, features: Features) -> Encoded | None:
-    """Encode ``path`` in place; None if it has no DWARF types to encode.
+def encode_path(path: str, features: Features,
+                cache: EncodeCache | None = None) -> Encoded | Written | None:
+    """Encode ``path`` in place; None if it has no DWARF types to encode,
+    what ``cache`` kept if it had the object (``encode_cache.py``).
 
     The kernel rejects BTF without types, so such an object (no DWARF, or
     DWARF of assembly only) gets no .BTF, only the .BTF.objbtf chunk that
@@ -33,7 +37,7 @@ def encode_path(path: str, features: Features) -> Encoded | None:
     """
     for attempt in range(RETRIES):
         try:
-            return _encode_once(path, features)
+            return _encode_once(path, features, cache)
         except FileChanged:
             if attempt == RETRIES - 1:
                 raise EncodeFailure(f'{path}: the file kept changing while it was '
@@ -45,16 +49,27 @@ def encode_path(path: str, features: Features) -> Encoded | None:
     raise AssertionError('unreachable')
 
 
-def _encode_once(path: str, features: Features) -> Encoded | None:
+def _encode_once(path: str, features: Features,
+                 cache: EncodeCache | None) -> Encoded | Written | None:
     # One object's types never form cycles that refcounting cannot free:
     # the cyclic collector would only walk them, once after each pass.
+    key = None
     with gc_paused(), ElfFile.open(path) as elf:
+        if cache is not None:
+            key = cache.key(elf.data, features, path)
+            kept = cache.get(key)
+            if kept is not None:
+                write_sections(path, elf, kept)
+                return kept
         enc = _encode(elf, features, path)
         if enc is None or not len(enc.btf):
             write_typeless_chunk(path, elf, path)
             return None
-        write_sections(path, elf, enc)
-        return enc
+        out = written(enc)
+        write_sections(path, elf, out)
+    if cache is not None and key is not None:
+        cache.put(key, out)
+    return enc
 
 
 def _encode(elf: ElfFile, features: Features, path: str) -> Encoded | None:

@@ -428,14 +428,27 @@ def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], offsets: lis
     return {BTF_SECTION: [], ADDR_TABLE: relocs}, table
 
 
-def write_sections(path: str, elf: ElfFile, enc: Encoded) -> None:
+class Written(NamedTuple):
+    """What an encode writes into its object: an ``Encoded``'s sections,
+    or those the encode cache kept (``encode_cache.py``)."""
+    raw: bytes
+    chunk: bytes
+    relocs: dict[str, list[Reloc]]
+    addrs: bytes | None
+
+
+def written(enc: Encoded) -> Written:
+    return Written(enc.raw, enc.chunk, enc.relocs, enc.addrs)
+
+
+def write_sections(path: str, elf: ElfFile, out: Written) -> None:
     """Put .BTF, .BTF.objbtf and the address table if any, with their
     relocations, into the object at ``path``, atomically."""
-    sections = [NewSection(BTF_SECTION, enc.raw, addralign=4),
-                NewSection(CHUNK_SECTION, enc.chunk, addralign=8)]
-    if enc.addrs is not None:
-        sections.append(NewSection(ADDR_TABLE, enc.addrs, addralign=8))
-    rewrite_object(path, elf, sections, enc.relocs)
+    sections = [NewSection(BTF_SECTION, out.raw, addralign=4),
+                NewSection(CHUNK_SECTION, out.chunk, addralign=8)]
+    if out.addrs is not None:
+        sections.append(NewSection(ADDR_TABLE, out.addrs, addralign=8))
+    rewrite_object(path, elf, sections, out.relocs)
 
 
 def write_typeless_chunk(path: str, elf: ElfFile, name: str) -> None:

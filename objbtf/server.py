@@ -40,6 +40,7 @@ import time
 
 from . import implementation
 from .options import Parsed, parse_fast
+from .sources import source_digest
 from .client import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK, ROOT,
                      code_digest, runtime_dir)
 
@@ -498,7 +499,8 @@ def main(args: list[str]) -> None:
             __import__(name)
         except ImportError:         # the child imports it then, and reports the error
             pass
-    if code_digest() != code:       # changed while importing: never serve it
+    source_digest('objbtf')         # the encode cache's key: read once, not per worker
+    if code_digest() != code:       # changed while importing (or read): never serve it
         server.shut(None)
         os._exit(1)
     gc.collect()

@@ -8,7 +8,9 @@ pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip python3-dev strace
       linux-source-6.1 linux-source-6.12 patch make flex bison bc libssl-dev libelf-dev cpio xz-utils
       # clang builds (LLVM=1) and the cross-architecture tests (arm64, s390x)
       lld llvm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu
-      gcc-s390x-linux-gnu binutils-s390x-linux-gnu)
+      gcc-s390x-linux-gnu binutils-s390x-linux-gnu
+      # the encode cache's test and benchmark with a compiler cache
+      ccache)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -432,6 +432,34 @@ def test_c_client_reaches_the_python_clients_server(tmp_path, runtime, objects):
     served.stop()
 
 
+def test_the_encode_cache_is_the_one_each_clients_environment_names(tmp_path, runtime, objects):
+    """Through the quick client as Kbuild runs it, a worker keeps encodes
+    in the OBJBTF_CACHE_DIR of the client's environment, and a restored
+    object is a hit there (the entry read, its time refreshed, not written
+    anew) with the in-process bytes; a client without it keeps nothing."""
+    program = shlex.split(Tree(tmp_path, runtime).run('server', 'command').stdout)
+    cache = tmp_path / 'cache'
+    tree = Tree(tmp_path / 'tree', runtime)
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    names = populate(tree.path, objects[:2], 1)
+    populate(local.path, objects[:2], 1)
+    assert tree.native(program, 'encode', names[0], OBJBTF_CACHE_DIR=str(cache)).returncode == 0
+    [entry] = [p for p in cache.rglob('*') if p.is_file()]
+    os.utime(entry, ns=(0, 0))
+    inode = entry.stat().st_ino
+    shutil.copyfile(objects[0], tree.path / names[0])
+    assert tree.native(program, 'encode', names[0], OBJBTF_CACHE_DIR=str(cache)).returncode == 0
+    assert (entry.stat().st_ino, entry.stat().st_mtime > 0) == (inode, True)
+    assert tree.native(program, 'encode', names[1]).returncode == 0
+    assert [p for p in cache.rglob('*') if p.is_file()] == [entry]
+    for name in names:
+        assert local.run('encode', name).returncode == 0
+        assert (tree.path / name).read_bytes() == (local.path / name).read_bytes(), name
+    [server] = tree.servers()
+    assert server['requests'] == '3'
+    tree.stop()
+
+
 def test_server_command_start_leaves_a_warm_server_for_the_build(tmp_path, runtime, objects):
     """``server command --start`` (what Kbuild asks once per build that
     compiles) prints the same command as without it and returns without

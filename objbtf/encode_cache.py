@@ -1,0 +1,167 @@
+"""The encode cache: an object a compiler cache restored is not encoded again.
+
+ccache (and sccache) restore only what the compiler wrote, so Kbuild's
+post-step encodes every object they restore anew: about 19 ms of CPU on an
+object whose cache hit took 10 (bench/ccache_bench.py).  With
+``OBJBTF_CACHE_DIR`` set, ``objbtf encode`` (and ``objbtf cc``) keeps what
+it writes into each object under a key of everything that output depends
+on: the object's bytes as it found them, the path it was given (the chunk
+records it), the features, and objbtf's sources (``sources.py``).  An
+object whose key is kept gets the kept sections: the bytes a new encode
+would write.
+
+Entries are files ``DIR/KK/KEY`` (KK the key's first two hex digits),
+written to a temporary file and renamed; each starts with a digest of the
+rest, so a damaged entry is a miss and is written anew.  A hit refreshes
+the entry's time; a write that takes its directory (one of 256) past
+1/256 of ``OBJBTF_CACHE_SIZE`` (bytes, or with K, M or G; default 2G)
+removes that directory's least recently used entries.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import re
+from collections.abc import Mapping
+from hashlib import blake2b, sha256
+
+from .elf.reader import Buffer
+from .elf.writer import Reloc, write_atomically
+from .encoder import Written
+from .errors import ObjbtfError
+from .features import Features
+from .files import error_text
+from .sources import source_digest
+
+DIR_VARIABLE = 'OBJBTF_CACHE_DIR'
+SIZE_VARIABLE = 'OBJBTF_CACHE_SIZE'
+DEFAULT_SIZE = 2 << 30
+#: The first bytes of an entry; another layout gets another magic.
+MAGIC = b'OBTFENC1'
+_CHECK_LEN = 16
+_SIZE = re.compile(r'(\d+)([KMG]?)', re.I)
+_UNITS = {'': 1, 'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+
+
+class CacheConfigError(ObjbtfError):
+    """OBJBTF_CACHE_SIZE is not a size; str() says so."""
+
+
+class EncodeCache:
+    """The cache in directory ``root``, at most about ``max_size`` bytes."""
+
+    def __init__(self, root: str, max_size: int = DEFAULT_SIZE):
+        self.root = root
+        self.max_size = max_size
+        #: Why the first entry that could not be written was not: a cache
+        #: never fails an encode, its caller says this instead.
+        self.problem: str | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> EncodeCache | None:
+        """The cache OBJBTF_CACHE_DIR names, or None when it is unset or
+        empty.  Raises CacheConfigError on a bad OBJBTF_CACHE_SIZE."""
+        root = environ.get(DIR_VARIABLE)
+        if not root:
+            return None
+        return cls(root, parse_size(environ.get(SIZE_VARIABLE) or ''))
+
+    @staticmethod
+    def key(data: Buffer, features: Features, name: str) -> str:
+        """The key of encoding ``data`` (the object's bytes) read from
+        ``name`` with ``features``."""
+        h = sha256(MAGIC + source_digest('objbtf'))     # SHA-256: SHA-NI makes it fastest
+        h.update(f'{",".join(features.names())}\0{name}\0'.encode(errors='surrogateescape'))
+        h.update(data)
+        return h.hexdigest()[:40]
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, key[:2], key[2:])
+
+    def get(self, key: str) -> Written | None:
+        """The kept output for ``key``; None if there is none, or it is
+        damaged or unreadable."""
+        path = self._path(key)
+        try:
+            with open(path, 'rb') as f:
+                data = f.read()
+        except OSError:
+            return None
+        try:
+            os.utime(path)      # most recently used (a read-only cache stays as it is)
+        except OSError:
+            pass
+        return _decode(data)
+
+    def put(self, key: str, out: Written) -> None:
+        """Keep ``out`` under ``key``; if that fails, say why in ``problem``."""
+        path = self._path(key)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomically(path, [_encode(out)])
+            self._trim(os.path.dirname(path), keep=path)
+        except OSError as err:
+            if self.problem is None:
+                self.problem = (f'{DIR_VARIABLE}: cannot keep an encode in '
+                                f'{err.filename or path} ({error_text(err)})')
+
+    def _trim(self, directory: str, keep: str) -> None:
+        """Remove the least recently used entries of ``directory`` until it
+        holds at most 1/256 of the cache's size (never ``keep``)."""
+        entries = []
+        total = 0
+        with os.scandir(directory) as it:
+            for e in it:
+                if e.name.startswith('.'):      # another writer's temporary file
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:       # another process removed it
+                    continue
+                entries.append((st.st_mtime_ns, e.name, st.st_size))
+                total += st.st_size
+        limit = self.max_size // 256
+        if total <= limit:
+            return
+        for _, name, size in sorted(entries):
+            path = os.path.join(directory, name)
+            if path == keep:
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            total -= size
+            if total <= limit:
+                return
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '2G', '500M', '100000': OBJBTF_CACHE_SIZE; '' is the default."""
+    if not text:
+        return DEFAULT_SIZE
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        raise CacheConfigError(f'{SIZE_VARIABLE}={text!r} is not a size '
+                               '(bytes, or a number with K, M or G)')
+    return int(m[1]) * _UNITS[m[2].upper()]
+
+
+def _encode(out: Written) -> bytes:
+    relocs = {name: [tuple(r) for r in rels] for name, rels in out.relocs.items()}
+    payload = marshal.dumps((out.raw, out.chunk, relocs, out.addrs))
+    return MAGIC + blake2b(payload, digest_size=_CHECK_LEN).digest() + payload
+
+
+def _decode(data: bytes) -> Written | None:
+    start = len(MAGIC) + _CHECK_LEN
+    payload = data[start:]
+    if (data[:len(MAGIC)] != MAGIC
+            or blake2b(payload, digest_size=_CHECK_LEN).digest() != data[len(MAGIC):start]):
+        return None
+    try:
+        raw, chunk, relocs, addrs = marshal.loads(payload)
+        return Written(raw, chunk,
+                       {name: [Reloc(*r) for r in rels] for name, rels in relocs.items()}, addrs)
+    except (ValueError, EOFError, TypeError):
+        return None

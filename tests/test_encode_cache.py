@@ -1,0 +1,189 @@
+"""The encode cache (OBJBTF_CACHE_DIR): on objects gcc compiled, a hit
+writes the bytes an encode writes, without encoding; its key covers the
+object's bytes, its path, the features and objbtf's sources; a damaged
+entry is a miss; a cache that cannot be written never fails an encode;
+each directory keeps its share of the size, least recently used out first.
+The server's side (the client's environment decides) is in test_resident.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import C_FIXTURES, ROOT, compile_c, need, run
+from objbtf import encode_cache, encode_file
+from objbtf.encode_cache import EncodeCache, parse_size
+from objbtf.encode_file import encode_path
+from objbtf.encoder import Written
+from objbtf.features import Features
+
+
+@pytest.fixture(scope='module')
+def compiled(tmp_path_factory) -> list[Path]:
+    d = tmp_path_factory.mktemp('cache-objs')
+    return [compile_c('gcc', src, d / f'{src.stem}.o') for src in sorted(C_FIXTURES.glob('*.c'))[:3]]
+
+
+def fresh(obj: Path, where: Path, name: str | None = None) -> str:
+    """A copy of ``obj`` at ``where``/NAME; NAME, relative, as Kbuild gives paths."""
+    name = name or obj.name
+    (where / name).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(obj, where / name)
+    return name
+
+
+def encoded_bytes(monkeypatch, obj: Path, where: Path, name: str | None = None,
+                  features: Features | None = None) -> bytes:
+    """What an encode without the cache writes into ``obj`` named ``name``."""
+    name = fresh(obj, where, name)
+    monkeypatch.chdir(where)
+    encode_path(name, features or Features())
+    return (where / name).read_bytes()
+
+
+def cli(*args: str, cwd: Path, **env: str):
+    """objbtf in a process of its own, in process (no server), with ``env``."""
+    return run(sys.executable, '-m', 'objbtf', *args, cwd=cwd, check=False,
+               env={**os.environ, 'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0', **env})
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.rglob('*') if p.is_file())
+
+
+def no_encoding(monkeypatch) -> None:
+    """Any encode from now on fails the test: what follows must be a hit."""
+    def refuse(*args):
+        raise AssertionError('encoded although the cache had the object')
+    monkeypatch.setattr(encode_file, '_encode', refuse)
+
+
+def test_a_hit_writes_the_bytes_an_encode_writes_without_encoding(tmp_path, compiled,
+                                                                     monkeypatch):
+    cache = EncodeCache(str(tmp_path / 'cache'))
+    for obj in compiled:
+        expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
+        name = fresh(obj, tmp_path / 'cached')
+        monkeypatch.chdir(tmp_path / 'cached')
+        encode_path(name, Features(), cache)                     # a miss: kept
+        assert (tmp_path / 'cached' / name).read_bytes() == expected
+    assert len(entries(tmp_path / 'cache')) == len(compiled)
+    no_encoding(monkeypatch)
+    for obj in compiled:
+        expected = (tmp_path / 'plain' / obj.name).read_bytes()
+        name = fresh(obj, tmp_path / 'cached')                   # as ccache restores it
+        assert isinstance(encode_path(name, Features(), cache), Written)
+        assert (tmp_path / 'cached' / name).read_bytes() == expected
+    assert cache.problem is None
+
+
+@pytest.mark.parametrize('change', ['path', 'features', 'bytes', 'sources'])
+def test_the_key_covers_what_the_output_depends_on(tmp_path, compiled, change, monkeypatch):
+    """Each of the four gives another entry and its own right output."""
+    obj, other = compiled[0], compiled[1]
+    cache = EncodeCache(str(tmp_path / 'cache'))
+    monkeypatch.chdir(tmp_path)
+    encode_path(fresh(obj, tmp_path), Features(), cache)
+    features, name, source = Features(), obj.name, obj
+    if change == 'path':
+        name = f'sub/{obj.name}'            # the chunk records the path as given
+    elif change == 'features':
+        features = Features.parse('default,global_var')
+    elif change == 'bytes':
+        source = other
+        name = obj.name
+    else:                                   # an upgraded or edited objbtf
+        monkeypatch.setattr(encode_cache, 'source_digest', lambda *packages: b'other code')
+    expected = encoded_bytes(monkeypatch, source, tmp_path / 'plain', name, features)
+    monkeypatch.chdir(tmp_path)
+    encode_path(fresh(source, tmp_path, name), features, cache)
+    assert (tmp_path / name).read_bytes() == expected
+    assert len(entries(tmp_path / 'cache')) == 2
+
+
+def test_a_damaged_entry_is_a_miss_and_is_written_anew(tmp_path, compiled, monkeypatch):
+    obj = compiled[0]
+    expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
+    cache = EncodeCache(str(tmp_path / 'cache'))
+    monkeypatch.chdir(tmp_path)
+    encode_path(fresh(obj, tmp_path), Features(), cache)
+    [entry] = entries(tmp_path / 'cache')
+    good = entry.read_bytes()
+    for damaged in (good[:-1] + bytes([good[-1] ^ 1]), good[:len(good) // 2], b''):
+        entry.write_bytes(damaged)
+        encode_path(fresh(obj, tmp_path), Features(), cache)
+        assert (tmp_path / obj.name).read_bytes() == expected
+        assert entry.read_bytes() == good
+
+
+def test_objects_ccache_restores_are_encode_cache_hits(tmp_path, compiled):
+    """``objbtf cc -- ccache gcc ...`` twice: the second compile is ccache's
+    hit and its encode the encode cache's (the entry read and its time
+    refreshed, not written anew), with the first one's bytes."""
+    need('ccache')
+    src = sorted(C_FIXTURES.glob('*.c'))[0]
+    env = {'CCACHE_DIR': str(tmp_path / 'ccache'), 'OBJBTF_CACHE_DIR': str(tmp_path / 'cache')}
+    command = ('cc', '--', 'ccache', 'gcc', '-g', '-O2', '-c', str(src), '-o', 'x.o')
+    assert cli(*command, cwd=tmp_path, **env).returncode == 0
+    first = (tmp_path / 'x.o').read_bytes()
+    [entry] = entries(tmp_path / 'cache')
+    os.utime(entry, ns=(0, 0))
+    inode = entry.stat().st_ino
+    (tmp_path / 'x.o').unlink()
+    r = cli(*command, cwd=tmp_path, **env)
+    assert (r.returncode, r.stderr) == (0, '')
+    assert (tmp_path / 'x.o').read_bytes() == first
+    assert entry.stat().st_ino == inode and entry.stat().st_mtime > 0
+    stats = run('ccache', '--print-stats', env={**os.environ, **env}).stdout
+    assert re.search(r'^direct_cache_hit\t1$', stats, re.M), stats
+
+
+def test_a_cache_that_cannot_be_written_never_fails_the_encode(tmp_path, compiled,
+                                                               monkeypatch):
+    obj = compiled[0]
+    expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
+    (tmp_path / 'file').write_text('not a directory')
+    name = fresh(obj, tmp_path / 'work')
+    r = cli('encode', name, cwd=tmp_path / 'work', OBJBTF_CACHE_DIR=str(tmp_path / 'file'))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / 'work' / name).read_bytes() == expected
+    [line] = r.stderr.splitlines()
+    assert line.startswith(f'objbtf: OBJBTF_CACHE_DIR: cannot keep an encode in {tmp_path}/file/')
+    assert line.endswith('(Not a directory): encoded without keeping it')
+
+
+def test_a_size_that_is_no_size_fails_naming_the_variable(tmp_path, compiled):
+    name = fresh(compiled[0], tmp_path)
+    r = cli('encode', name, cwd=tmp_path, OBJBTF_CACHE_DIR=str(tmp_path / 'cache'),
+            OBJBTF_CACHE_SIZE='2X')
+    assert r.returncode == 1
+    assert r.stderr == ("objbtf: OBJBTF_CACHE_SIZE='2X' is not a size "
+                        "(bytes, or a number with K, M or G)\n")
+    assert (tmp_path / name).read_bytes() == compiled[0].read_bytes()
+    assert [parse_size(s) for s in ('', '100', '3k', '5M', '2G')] == \
+        [2 << 30, 100, 3 << 10, 5 << 20, 2 << 30]
+
+
+def test_each_directory_keeps_its_share_least_recently_used_out_first(tmp_path):
+    """A directory (one of 256) holds at most 1/256 of the size: a write
+    past it removes the entries used longest ago, never the one written."""
+    out = Written(b'x' * 1000, b'chunk', {}, None)
+    entry_size = len(encode_cache._encode(out))
+    cache = EncodeCache(str(tmp_path), max_size=256 * (3 * entry_size))   # 3 per directory
+    keys = [f'ab{n:038d}' for n in range(5)]
+    for n, key in enumerate(keys[:3]):
+        cache.put(key, out)
+        os.utime(cache._path(key), ns=(n * 10**9, n * 10**9))          # 0 oldest
+    assert cache.get(keys[0]) == out                                   # now the newest
+    cache.put(keys[3], out)
+    assert sorted('ab' + p.name for p in (tmp_path / 'ab').iterdir()) == \
+        sorted([keys[0], keys[2], keys[3]])
+    tiny = EncodeCache(str(tmp_path), max_size=1)
+    tiny.put(keys[4], out)
+    assert [p.name for p in (tmp_path / 'ab').iterdir()] == [keys[4][2:]]
+    assert tiny.problem is None
