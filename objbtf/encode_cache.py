@@ -1,8 +1,8 @@
 """The encode cache: an object a compiler cache restored is not encoded again.
 
 ccache (and sccache) restore only what the compiler wrote, so Kbuild's
-post-step encodes every object they restore anew: about 19 ms of CPU on an
-object whose cache hit took 10 (bench/ccache_bench.py).  With
+post-step encodes every object they restore anew: about 20 ms of CPU on an
+object whose cache hit took 9 (bench/ccache_bench.py).  With
 ``OBJBTF_CACHE_DIR`` set, ``objbtf encode`` (and ``objbtf cc``) keeps what
 it writes into each object under a key of everything that output depends
 on: the object's bytes as it found them, the path it was given (the chunk
