@@ -30,7 +30,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
 from accounting import become_subreaper, settle_servers  # noqa: E402
-from encode_bench import KERNEL_SCRIPT, compile_command, timed  # noqa: E402
+from encode_bench import compile_command, reference_kernel, timed  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
 from results import record  # noqa: E402
@@ -58,8 +57,7 @@ def main() -> int:
     for tool in ('ccache', 'gcc'):
         if shutil.which(tool) is None:
             sys.exit(f'ccache_bench: {tool} is not installed (apt-get install {tool})')
-    build = args.build or Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True,
-                                              capture_output=True, text=True).stdout.strip())
+    build = args.build or reference_kernel()
     become_subreaper()
     objbtf = installed_objbtf()
     start, load = time.time(), os.getloadavg()[0]
@@ -91,12 +89,12 @@ def main() -> int:
                 for variant in VARIANTS[shift:] + VARIANTS[:shift]:
                     (top / rel).unlink()
                     used = timed(['ccache', *cmd], cwd=build, env=env)
-                    if variant != 'stock':
-                        used = (used or 0.0) + (timed([*client, 'encode', '-q', rel], cwd=top,
-                                                      env=cached if variant == 'objbtf' else env)
-                                                or float('nan'))
+                    if variant != 'stock' and used is not None:
+                        encoded = timed([*client, 'encode', '-q', rel], cwd=top,
+                                        env=cached if variant == 'objbtf' else env)
+                        used = None if encoded is None else used + encoded
                         outputs[variant][rel] = (top / rel).read_bytes()
-                    cpu[variant].append(used if used is not None else float('nan'))
+                    cpu[variant].append(float('nan') if used is None else used)   # shows in the sums
             if sys.stderr.isatty():
                 print(f'\r{i + 1}/{len(jobs)} {rel}'[:78].ljust(78), end='', file=sys.stderr)
         servers = settle_servers([objbtf], top, env, log)

@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 PARTS = ('encode', 'link', 'modules')
 
 
@@ -189,12 +188,12 @@ def main() -> int:
         ap.error(f'--parts: of {",".join(PARTS)}')
     sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / 'tests')]
     from accounting import machine_cpu, tree_cpu
+    from encode_bench import reference_kernel
     from kernel_tree import objects
     from results import record
     from trust import doubts, paired_ratio
 
-    build = Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True, capture_output=True,
-                                text=True).stdout.strip())
+    build = reference_kernel()
     sides = {'base': Path(args.base).resolve(), 'this': HERE.parent}
     for code in sides.values():     # byte-compiled, as an installed objbtf is
         subprocess.run([sys.executable, '-m', 'compileall', '-q', str(code / 'objbtf'),

@@ -43,6 +43,13 @@ KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 TOOLS = ('compile', 'objbtf', 'pahole')
 
 
+def reference_kernel(modules: bool = False) -> Path:
+    """The reference kernel's O= build tree (with ``modules``, the
+    modules-heavy one's), from build-kernel.sh, which builds it once."""
+    return Path(subprocess.run(['bash', str(KERNEL_SCRIPT), *(['--modules'] if modules else [])],
+                               check=True, capture_output=True, text=True).stdout.strip())
+
+
 def timed(cmd: list[str], **kw) -> float | None:
     """CPU seconds the command took (user + system, with all it started,
     a resident server's work included), None if it failed."""
@@ -87,9 +94,7 @@ def main() -> int:
                          "installed: the objbtf script")
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
-    build = args.build or Path(subprocess.run(
-        ['bash', str(KERNEL_SCRIPT), *(['--modules'] if args.kernel_modules else [])],
-        check=True, capture_output=True, text=True).stdout.strip())
+    build = args.build or reference_kernel(args.kernel_modules)
     become_subreaper()
     objbtf = installed_objbtf()
     objs = objects(build)[::args.every]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from encode_bench import KERNEL_SCRIPT, compile_command, objects, timed  # noqa: E402
+from encode_bench import compile_command, objects, reference_kernel, timed  # noqa: E402
 from install import clean_env, installed_objbtf  # noqa: E402
 from results import record  # noqa: E402
 
@@ -69,8 +68,7 @@ def main() -> int:
     ap.add_argument('--build', type=Path, help='kernel O= tree (default: build-kernel.sh)')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
-    build = args.build or Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True,
-                                              capture_output=True, text=True).stdout.strip())
+    build = args.build or reference_kernel()
     objbtf = installed_objbtf()
     env = clean_env()
     objs = [obj for obj in objects(build)[::args.every]

@@ -40,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from encode_bench import KERNEL_SCRIPT, compile_command, objects  # noqa: E402
+from encode_bench import compile_command, objects, reference_kernel  # noqa: E402
 from gbtf_bench import without_dwarf  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from resident_bench import child_cpu, run_phase  # noqa: E402
@@ -149,8 +149,7 @@ def main() -> int:
     ap.add_argument('--build', type=Path, help='kernel O= tree (default: build-kernel.sh)')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
-    build = args.build or Path(subprocess.run(['bash', str(KERNEL_SCRIPT)], check=True,
-                                              capture_output=True, text=True).stdout.strip())
+    build = args.build or reference_kernel()
     here = HERE.parent
     started, load = time.time(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:

@@ -60,10 +60,10 @@ os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(HERE.parent),
                                                          os.environ.get('PYTHONPATH')]))
 os.environ['OBJBTF_RESIDENT'] = '0'
 from accounting import PeakMemory  # noqa: E402
+from encode_bench import reference_kernel  # noqa: E402
 from kernel_tree import VMLINUX_LINK, encoded_tree, pahole_flags  # noqa: E402
 from results import record  # noqa: E402
 
-KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 #: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.
 SHARED_VMLINUX = '.tmp_vmlinux.shared'
 
@@ -217,8 +217,7 @@ def main() -> int:
     ap.add_argument('--modules-only', action='store_true',
                     help='only the module links, module by module, CPU')
     args = ap.parse_args()
-    script = ['bash', str(KERNEL_SCRIPT)] + (['--modules'] if args.kernel_modules else [])
-    build = Path(subprocess.run(script, check=True, capture_output=True, text=True).stdout.strip())
+    build = reference_kernel(args.kernel_modules)
     flags = pahole_flags(build)
     objbtf = [sys.executable, '-m', 'objbtf']
     # Byte-compiled, as an installed objbtf is (pip compiles what it installs).
