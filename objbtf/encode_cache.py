@@ -22,7 +22,6 @@ from __future__ import annotations
 import marshal
 import os
 import re
-from collections.abc import Mapping
 from hashlib import blake2b, sha256
 
 from .elf.reader import Buffer
@@ -58,13 +57,13 @@ class EncodeCache:
         self.problem: str | None = None
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> EncodeCache | None:
+    def from_environment(cls) -> EncodeCache | None:
         """The cache OBJBTF_CACHE_DIR names, or None when it is unset or
         empty.  Raises CacheConfigError on a bad OBJBTF_CACHE_SIZE."""
-        root = environ.get(DIR_VARIABLE)
+        root = os.environ.get(DIR_VARIABLE)
         if not root:
             return None
-        return cls(root, parse_size(environ.get(SIZE_VARIABLE) or ''))
+        return cls(root, parse_size(os.environ.get(SIZE_VARIABLE) or ''))
 
     @staticmethod
     def key(data: Buffer, features: Features, name: str) -> str:
