@@ -17,7 +17,7 @@ from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import past_the_last
 from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, gc_paused
-from objbtf.btf.validate import first_problem_among
+from objbtf.btf.validate import first_problem, first_problem_among
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section
@@ -358,15 +358,24 @@ def dedup_pass(state: LinkState) -> None:
                 state.btf, state.merged, *state.table.chunk_entries(), state.index)
         else:
             state.final = dedup(state.btf)
-    except IndexError:
-        # A base is read as it is (vmlinux's BTF, checked when linked).
-        dangling = state.base.dangling() if state.base is not None else None
-        if dangling is None:
+    except (IndexError, BtfError):
+        # A base is read as it is (vmlinux's BTF, checked when linked): only
+        # when dedup fails is it checked, to name it if it is to blame.
+        problem = _base_problem(state.base) if state.base is not None else None
+        if problem is None:
             raise
-        raise LinkError(f'{state.base_path}: the base BTF is damaged: '
-                        f'{past_the_last(state.base, *dangling)}') from None
+        raise LinkError(f'{state.base_path}: the base BTF is damaged: {problem}') from None
     _check_final_datasecs(state)
     state.summary.types_out = len(state.final)
+
+
+def _base_problem(base: Btf) -> str | None:
+    """What breaks the kernel's rules in ``base``, or None."""
+    dangling = base.dangling()
+    if dangling is not None:
+        return past_the_last(base, *dangling)
+    problem = first_problem(base)
+    return str(problem) if problem is not None else None
 
 
 def encode_pass(state: LinkState) -> None:

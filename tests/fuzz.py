@@ -24,6 +24,14 @@ chunk by design (the checksum guards against damage, not forgery, and
 every blob objbtf encode writes was checked), so such a case may write
 BTF that the kernel's rules reject; every other promise holds for it.
 
+``base`` is a module's link (``link --base``) on a mutated base: vmlinux's
+BTF as raw BTF or as the object ``link -o base.o`` writes, half the time
+with ``--base-index``, whose index file is missing or was made for the
+base before it was mutated.  The module is an intact linked file.  The
+link trusts a base as the link that wrote it checked it, so its output is
+judged only when the mutated base still follows the kernel's rules; a
+failure must be one line naming the base.
+
 Each case runs in a forked child of this process, so a case costs a fork,
 not an interpreter start, and one case's state cannot leak into the next.
 
@@ -61,7 +69,7 @@ os.environ['OBJBTF_RESIDENT'] = '0'
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 C_FIXTURES = HERE / 'fixtures' / 'c'
-COMMANDS = ('encode', 'check', 'dump', 'link')
+COMMANDS = ('encode', 'check', 'dump', 'link', 'base')
 #: Seconds before a case counts as a hang.  A real hang (a FIFO) never ends;
 #: the limit leaves room for a slow case on a machine busy with kernel builds.
 TIMEOUT = 60.0
@@ -131,6 +139,9 @@ def build_corpus(work: Path) -> list[Seed]:
             raw = work / f'raw.{compiler}{flag}.btf'
             _run(sys.executable, '-m', 'objbtf', 'link', '-q', '-o', raw, linked)
             seeds.append(Seed(raw.name, raw.read_bytes(), 'raw'))
+            base = work / f'base.{compiler}{flag}.o'
+            _run(sys.executable, '-m', 'objbtf', 'link', '-q', '-o', base, linked)
+            seeds.append(Seed(base.name, base.read_bytes(), 'base'))
             # As the kernel's vmlinux link: relocations applied, addresses in .BTF.
             exe = work / f'exe.{compiler}{flag}'
             _run(ld, '-o', exe, '-e', '0', '--unresolved-symbols=ignore-all', *objs)
@@ -140,7 +151,7 @@ def build_corpus(work: Path) -> list[Seed]:
 
 #: Which seeds each command is fuzzed with.
 TAKES = {'encode': ('object', 'encoded'), 'check': ('encoded', 'raw', 'linked'),
-         'dump': ('encoded', 'raw', 'linked'), 'link': ('linked',)}
+         'dump': ('encoded', 'raw', 'linked'), 'link': ('linked',), 'base': ('raw', 'base')}
 
 
 # --- mutations --------------------------------------------------------------
@@ -333,20 +344,21 @@ def run_case(argv: list[str], cwd: Path, timeout: float = TIMEOUT) -> tuple[int 
     return code, b''.join(chunks).decode(errors='replace')
 
 
-def _valid(path: Path) -> str | None:
-    """None if the BTF written to ``path`` follows the kernel's rules, else why not."""
+def _valid(path: Path, base: Path | None = None) -> str | None:
+    """None if the BTF written to ``path`` (split on ``base``'s, if given)
+    follows the kernel's rules, else why not."""
     from objbtf.btf.validate import validate_bytes
-    from objbtf.btf_file import read_btf_bytes
+    from objbtf.btf_file import load_btf_file, read_btf_bytes
     try:
         raw = read_btf_bytes(str(path))
     except Exception as err:          # no .BTF written: nothing to check
         return None if 'no .BTF' in str(err) else f'unreadable output: {err}'
     if not raw:
         return None
-    problems = validate_bytes(raw)
+    problems = validate_bytes(raw, load_btf_file(str(base)) if base else None)
     if problems:
         return str(problems[0])
-    return _bpftool_refuses(path)
+    return _bpftool_refuses(path, base)
 
 
 #: bpftool, the other oracle a written output must satisfy (libbpf and libelf
@@ -354,15 +366,51 @@ def _valid(path: Path) -> str | None:
 BPFTOOL = shutil.which('bpftool')
 
 
-def _bpftool_refuses(path: Path) -> str | None:
-    """Why ``bpftool btf dump file`` cannot read ``path``, or None."""
+def _bpftool_refuses(path: Path, base: Path | None = None) -> str | None:
+    """Why ``bpftool btf dump file`` cannot read ``path`` (split on
+    ``base``), or None."""
     if BPFTOOL is None:
         return None
-    r = subprocess.run([BPFTOOL, 'btf', 'dump', 'file', str(path)], capture_output=True,
+    r = subprocess.run([BPFTOOL, *(['--base-btf', str(base)] if base else []),
+                        'btf', 'dump', 'file', str(path)], capture_output=True,
                        text=True, errors='replace', timeout=TIMEOUT)
     if r.returncode:
         return f'bpftool: {(r.stderr.strip().splitlines() or ["exit " + str(r.returncode)])[-1]}'
     return None
+
+
+def _base_valid(base: Path) -> bool:
+    """Whether a (mutated) base still follows the kernel's rules: only then
+    is a module's link on it judged by what it wrote."""
+    from objbtf.btf.validate import validate_bytes
+    from objbtf.btf_file import read_btf_bytes
+    try:
+        return not validate_bytes(read_btf_bytes(str(base)))
+    except Exception:
+        return False
+
+
+def base_case(rng: random.Random, seed: Seed, target: Path, work: Path) -> list[str]:
+    """The command line of a module's link on ``target``, the mutated base
+    ``seed``: the module is the intact linked file the base was made from;
+    half the time with ``--base-index``, missing or made for ``seed`` as
+    it was."""
+    config = seed.name.split('.', 1)[1].rsplit('.', 1)[0]
+    module = f'linked.{config}.o'
+    argv = ['link', '-q', '-j', '1', '--base', target.name, '-o', 'out.btf']
+    index = work / 'case.idx'
+    index.unlink(missing_ok=True)
+    if rng.random() < 0.5:
+        if rng.random() < 0.5:
+            made = work / f'index.{seed.name}'
+            if not made.exists():
+                intact = work / f'intact.{seed.name}'
+                intact.write_bytes(seed.data)
+                _run(sys.executable, '-m', 'objbtf', 'link', '-q', '--base', intact.name,
+                     '--base-index', made.name, '-o', 'intact.btf', module, cwd=work)
+            shutil.copyfile(made, index)
+        argv += ['--base-index', index.name]
+    return [*argv, module]
 
 
 #: Where link writes: raw BTF, an object to link in (.btf.vmlinux.bin.o),
@@ -403,6 +451,11 @@ def judge(command: str, target: Path, out: Path, before: bytes,
     if command == 'link':
         why = _valid(out) if out.exists() else 'exit 0 without output'
         return ('wrote invalid BTF', why) if why and not (trusted and out.exists()) else None
+    if command == 'base':
+        if not out.exists():
+            return 'exit 0 without output', ''
+        why = _valid(out, target) if _base_valid(target) else None
+        return ('wrote invalid BTF', why) if why else None
     if target.read_bytes() != before:
         return 'modified input', ''
     return None
@@ -431,7 +484,9 @@ def fuzz(seeds: list[Seed], cases: int, seed: int, work: Path,
             target.write_bytes(data)
             if out != target:
                 out.unlink(missing_ok=True)
-            code, stderr = run_case(_command_line(command, target.name, out.name), work)
+            argv = (base_case(rng, s, target, work) if command == 'base'
+                    else _command_line(command, target.name, out.name))
+            code, stderr = run_case(argv, work)
             verdict = judge(command, target, out, data, code, stderr, trusted)
             if verdict is not None:
                 if save is not None:

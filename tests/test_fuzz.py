@@ -28,7 +28,7 @@ def corpus(tmp_path_factory):
     work = tmp_path_factory.mktemp('fuzz')
     seeds = fuzz.build_corpus(work)
     kinds = {s.kind for s in seeds}
-    assert kinds == {'object', 'encoded', 'linked', 'raw'}, kinds
+    assert kinds == {'object', 'encoded', 'linked', 'raw', 'base'}, kinds
     compilers = {s.name.split('.')[1] for s in seeds if s.kind == 'object'}
     assert {'gcc-gdwarf-5', 'clang-gdwarf-5'} <= compilers, compilers
     return work, seeds

@@ -188,6 +188,33 @@ def test_base_index_gives_the_same_split_btf_and_is_never_stale(units, tmp_path)
     assert r.returncode == 2 and '--base-index needs --base' in r.stderr
 
 
+@pytest.mark.parametrize('indexed', (False, True))
+def test_a_base_that_breaks_the_kernels_rules_is_named(units, tmp_path, indexed):
+    """A base is trusted as the link that wrote it checked it, but when a
+    module's link fails on one it is named, not the module (tests/fuzz.py's
+    base cases found a type of kind UNKN blamed on the module)."""
+    base = tmp_path / 'base.btf'
+    objbtf('link', '--output', base, link_relocatable(tmp_path, units[1:3], 'base.o'))
+    raw = bytearray(base.read_bytes())
+    offsets: list[int] = []
+    btf = parse_btf(bytes(raw), offsets=offsets)
+    hdr_len, type_off = (int.from_bytes(raw[i:i + 4], 'little') for i in (4, 8))
+    ptr = next(i for i, t in enumerate(btf.types[1:], 1) if t.kind is Kind.PTR)
+    info = hdr_len + type_off + offsets[ptr - 1] + 4
+    assert int.from_bytes(raw[info:info + 4], 'little') >> 24 & 0x1f == Kind.PTR
+    raw[info + 3] &= ~0x1f                  # the kind bits: BTF_KIND_UNKN, 0
+    base.write_bytes(raw)
+    module = link_relocatable(tmp_path, [units[0], units[3]], 'mod.ko')
+    out = tmp_path / 'split.btf'
+    extra = ('--base-index', tmp_path / 'base.index') if indexed else ()
+    r = objbtf('link', '--base', base, *extra, '--output', out, module, check=False)
+    assert r.returncode == 1 and 'Traceback' not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f'Error: {base}: the base BTF is damaged: type [{ptr}] UNKN '
+        "'(anon)': kind UNKN cannot be a type"], r.stderr
+    assert not out.exists()
+
+
 def test_a_process_reuses_its_indexed_base_until_the_base_changes(units, tmp_path):
     """Module links in one process (a resident worker's) against one base
     read it and its index once; a base rewritten since is read again, and
