@@ -19,7 +19,7 @@ from .btf.writer import encode_btf
 from .dwarf import constants as C
 from .dwarf.loader import CuLoader
 from .dwarf.locations import NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, parameter_register
-from .dwarf.reader import DebugSections, Die, Expr, read_uleb, read_units
+from .dwarf.reader import CompileUnit, DebugSections, Die, Expr, read_uleb, read_units
 from .elf.consts import SHN_LORESERVE, SHT_REL
 from .elf.addrtable import SECTION as ADDR_TABLE, encode_table
 from .elf.reader import ElfFile, Symbol
@@ -76,9 +76,7 @@ def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
     ``name`` is the object's path as the build gave it, for the link."""
     secs = _debug_sections(elf)
     units = read_units(secs)
-    all_dies: dict[int, Die] = {}
-    for cu in units:
-        all_dies.update(cu.by_offset)
+    all_dies = _all_dies(units)
     symbols = elf.symbols()
     btf = Btf(byteorder=elf.byteorder)
     places = _Placer(elf, symbols)
@@ -94,6 +92,17 @@ def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
             n_vars += _add_variables(loader, cu, places, features, entries)
     return finish_encoding(btf, elf, entries, name, len(functions.first), n_vars,
                            functions.facts)
+
+
+def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:
+    """Every kept DIE by offset, for references across units: a kernel
+    object has one unit, whose own table is that, not a copy of it."""
+    if len(units) == 1:
+        return units[0].by_offset
+    merged: dict[int, Die] = {}
+    for cu in units:
+        merged.update(cu.by_offset)
+    return merged
 
 
 def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPlacement, int]]],
