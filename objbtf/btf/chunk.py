@@ -162,7 +162,7 @@ def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes 
     return head + struct.pack(e + 'II', crc, 0) + body
 
 
-def _chunk_crc(head: bytes, body: bytes) -> int:
+def _chunk_crc(head: bytes | memoryview, body: bytes | memoryview) -> int:
     """The checksum of a chunk's bytes, its checksum field taken as zero."""
     return zlib.crc32(body, zlib.crc32(bytes(_CHECKSUM_LEN), zlib.crc32(head)))
 

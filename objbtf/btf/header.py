@@ -59,8 +59,9 @@ class BtfHeader:
         fmt = order_char(order) + _LAYOUT
         if len(data) < struct.calcsize(fmt):
             raise BtfError('too short for a BTF header')
-        magic, version, flags, *sections = struct.unpack_from(fmt, data)
-        h = cls(order, *sections, magic, version, flags)
+        magic, version, flags, hdr_len, type_off, type_len, str_off, str_len = \
+            struct.unpack_from(fmt, data)
+        h = cls(order, hdr_len, type_off, type_len, str_off, str_len, magic, version, flags)
         if version != BTF_VERSION:
             raise BtfError(f'unsupported BTF version {version}')
         if h.hdr_len < BTF_HEADER_LEN or h.hdr_len > len(data):

@@ -89,7 +89,7 @@ class _Plan:
         shstrndx = self.elf.shstrndx
         if shstrndx == 0:
             raise ElfError('the object has no section name table')
-        table = self._names
+        table: bytes | bytearray | None = self._names
         if table is None:
             table = self.elf.section_data(self.elf.sections[shstrndx])
         key = name.encode('utf-8', 'surrogateescape') + b'\0'
