@@ -278,6 +278,14 @@ def _compile_plan(specs, e: str, addr_size: int, off_size: int, version: int):
     return tuple(steps)
 
 
+#: Compiled abbreviations by their tag, children flag, specs, byte order,
+#: address and offset sizes and version: a resident worker decodes hundreds
+#: of objects whose abbreviations are mostly the same (compiling them was a
+#: few percent of an encode).  Emptied when it grows past _ABBREVS_KEPT.
+_ABBREVS: Final[dict[tuple, _Abbrev]] = {}
+_ABBREVS_KEPT: Final = 50_000
+
+
 def parse_abbrevs(data: bytes, offset: int, e: str, addr_size: int, off_size: int,
                   version: int) -> dict[int, _Abbrev]:
     """The abbreviation table at ``offset`` of .debug_abbrev."""
@@ -302,10 +310,16 @@ def parse_abbrevs(data: bytes, offset: int, e: str, addr_size: int, off_size: in
                 if form == _F_IMPLICIT_CONST:
                     implicit, pos = _sleb(data, pos)
                 specs.append((attr, form, implicit))
-            plan = _compile_plan(specs, e, addr_size, off_size, version)
-            extract = tuple((attr, i, form) for i, (attr, form, _) in enumerate(specs)
-                            if attr in WANTED)
-            out[code] = _Abbrev(tag, has_children, plan, extract)
+            key = (tag, has_children, tuple(specs), e, addr_size, off_size, version)
+            ab = _ABBREVS.get(key)
+            if ab is None:
+                if len(_ABBREVS) >= _ABBREVS_KEPT:
+                    _ABBREVS.clear()
+                plan = _compile_plan(specs, e, addr_size, off_size, version)
+                extract = tuple((attr, i, form) for i, (attr, form, _) in enumerate(specs)
+                                if attr in WANTED)
+                ab = _ABBREVS[key] = _Abbrev(tag, has_children, plan, extract)
+            out[code] = ab
     except IndexError:
         raise DwarfError(f'.debug_abbrev truncated at offset {pos}') from None
     return out
