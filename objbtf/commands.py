@@ -52,7 +52,7 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
     failed = False
     # The collector stays paused until each object's types are freed (by
     # reference counting, as they form no cycles): resumed while they were
-    # alive, it would walk them all, a millisecond per object.
+    # alive, it would walk them all: about 0.8 ms per kernel object.
     with gc_paused():
         for path in objects:
             try:
