@@ -139,13 +139,15 @@ def kbuild_6_12_llvm(tmp_path_factory):
 def kbuild_6_1_arm64(tmp_path_factory):
     """Linux 6.1 for arm64, cross-compiled by Debian's aarch64 gcc with
     OBJBTF, once per run; the small config of tests/fixtures/kconfig (a
-    third of the reference kernel's objects: it says why)."""
+    third of the reference kernel's objects: it says why), with kallsyms."""
     for tool in ('aarch64-linux-gnu-gcc', 'aarch64-linux-gnu-ld'):
         need(tool)
     from kbuild_tree import patched_build
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-arm64'), '6.1',
+    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-arm64'), '6.1',
                          ['ARCH=arm64', 'CROSS_COMPILE=aarch64-linux-gnu-'],
                          fragment=FIXTURES / 'kconfig' / 'cross-small.config')
+    assert 'CONFIG_KALLSYMS=y' in tree.config(), 'Kconfig did not keep CONFIG_KALLSYMS'
+    return tree
 
 
 @pytest.fixture(scope='session')
@@ -170,8 +172,7 @@ def kbuild_6_1_lto(tmp_path_factory):
     from kbuild_tree import patched_build
     tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-lto'), '6.1', ['LLVM=1'],
                          fragment=FIXTURES / 'kconfig' / 'lto-small.config')
-    config = (tree.build / '.config').read_text()
-    assert 'CONFIG_LTO_CLANG_THIN=y' in config, 'Kconfig did not keep CONFIG_LTO_CLANG_THIN'
+    assert 'CONFIG_LTO_CLANG_THIN=y' in tree.config(), 'Kconfig did not keep CONFIG_LTO_CLANG_THIN'
     return tree
 
 

@@ -174,7 +174,14 @@ class KernelBuild:
 
     @property
     def tmp_vmlinux(self) -> Path:
+        """The link objbtf made vmlinux's BTF from: on 6.1 with kallsyms,
+        the first kallsyms link (kbuild-integration/README.md)."""
+        if self.version == '6.1' and 'CONFIG_KALLSYMS=y' in self.config():
+            return self.build / '.tmp_vmlinux.kallsyms1'
         return self.build / BTF_FILES[self.version][0]
+
+    def config(self) -> str:
+        return (self.build / '.config').read_text()
 
     @property
     def btf_object(self) -> Path:

@@ -130,10 +130,15 @@ def test_clang_objects_and_vmlinux(request, build):
 @pytest.mark.kernel
 def test_arm64_objects_and_the_btf_link(kbuild_6_1_arm64):
     """arm64: addresses in .BTF.addrs, none in .rela.BTF; the temporary link
-    collects the tables, and vmlinux keeps none of them."""
+    collects the tables, and vmlinux keeps none of them.  With kallsyms the
+    BTF link is the first kallsyms link: no .tmp_vmlinux.btf, one link of
+    vmlinux fewer, and kallsyms's own check of its links passed."""
     tree = kbuild_6_1_arm64
     fork = section_names(tree.build / 'kernel/fork.o')
     assert '.BTF.addrs' in fork and '.rela.BTF.addrs' in fork and '.rela.BTF' not in fork
+    assert tree.tmp_vmlinux.name == '.tmp_vmlinux.kallsyms1'
+    assert not (tree.build / '.tmp_vmlinux.btf').exists()
+    assert 'kallsyms_names' in (tree.build / 'System.map').read_text()
     tmp = sections(tree.tmp_vmlinux)
     assert tmp['.BTF.addrs'][0] and not tmp['.BTF.addrs'][1] & 2     # not loaded
     vmlinux = sections(tree.build / 'vmlinux')
@@ -144,8 +149,9 @@ def test_arm64_objects_and_the_btf_link(kbuild_6_1_arm64):
 
 @pytest.mark.kernel
 def test_a_failed_btf_link_stops_with_lds_error(kbuild_6_1_arm64):
-    """When ld fails on .tmp_vmlinux.btf, the build stops with ld's message,
-    and objbtf is not run on a file that does not exist (it was, before)."""
+    """When ld fails on the BTF link (here the first kallsyms link), the
+    build stops with ld's message, and objbtf is not run on a file that does
+    not exist (it was, before)."""
     tree = kbuild_6_1_arm64
     r = subprocess.run(['make', '-C', tree.src, f'O={tree.build}', f'OBJBTF={objbtf_command()}',
                         *tree.make_args, 'LDFLAGS_vmlinux=--no-such-ld-option', 'vmlinux'],
