@@ -289,7 +289,7 @@ def test_vmlinux_o_has_the_objects_btf_only_when_vmlinux_is_linked_from_it(kbuil
     """modpost's vmlinux.o carries the objects' BTF only where link-vmlinux.sh
     links vmlinux from it, with CONFIG_X86_KERNEL_IBT (6.12's reference
     configuration; 6.1's has it off): else it would be a tenth of the tree."""
-    ibt = '\nCONFIG_X86_KERNEL_IBT=y\n' in (kbuild.build / '.config').read_text()
+    ibt = '\nCONFIG_X86_KERNEL_IBT=y\n' in kbuild.config()
     assert ibt == (kbuild.version == '6.12')
     with ElfFile.open(str(kbuild.build / 'vmlinux.o')) as elf:
         names = {s.name for s in elf.sections}

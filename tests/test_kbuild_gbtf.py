@@ -73,7 +73,7 @@ def dwarf_path(gbtf, request, tmp_path_factory) -> DwarfPath:
 
 def test_configured_without_dwarf(gbtf):
     build = gbtf.build
-    config = (build / '.config').read_text()
+    config = gbtf.config()
     for line in ('CONFIG_OBJBTF_GBTF=y', 'CONFIG_DEBUG_INFO_NONE=y', 'CONFIG_DEBUG_INFO_BTF=y',
                  'CONFIG_DEBUG_INFO_BTF_MODULES=y'):
         assert f'\n{line}\n' in config, line
