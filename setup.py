@@ -71,16 +71,18 @@ def ext_modules() -> list:
         _warn('mypyc is not available')
         return []
     # mypy checks the compiled modules strictly, the others only for their types.
-    config = Path(tempfile.mkdtemp()) / 'mypy.ini'
-    config.write_text('[mypy]\n[mypy-objbtf.*,linkdedup.*]\nignore_errors = True\n'
-                      f'[mypy-{",".join(m[:-3].replace("/", ".") for m in MODULES)}]\n'
-                      'ignore_errors = False\n')
-    try:
-        return mypycify(['--config-file', str(config), *MODULES], opt_level='3',
-                        group_name='objbtf._native')
-    except (Exception, SystemExit) as err:      # mypyc exits on type errors
-        _warn(f'mypyc failed ({err})')
-        return []
+    # mypycify runs mypy before it returns: the configuration can go then.
+    with tempfile.TemporaryDirectory(prefix='objbtf-mypy-') as tmp:
+        config = Path(tmp) / 'mypy.ini'
+        config.write_text('[mypy]\n[mypy-objbtf.*,linkdedup.*]\nignore_errors = True\n'
+                          f'[mypy-{",".join(m[:-3].replace("/", ".") for m in MODULES)}]\n'
+                          'ignore_errors = False\n')
+        try:
+            return mypycify(['--config-file', str(config), *MODULES], opt_level='3',
+                            group_name='objbtf._native')
+        except (Exception, SystemExit) as err:      # mypyc exits on type errors
+            _warn(f'mypyc failed ({err})')
+            return []
 
 
 setup(ext_modules=ext_modules(), cmdclass={'build_ext': BuildExt, 'build_py': BuildPy})

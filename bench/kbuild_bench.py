@@ -24,11 +24,13 @@ go to its ``configure`` (Kconfig may read them).
 
 Configurations: ``reference`` (shared/corpus/kernel-btf.config, as
 build-kernel.sh) and ``modules`` (plus kernel-modules.config: about 120 more
-small modules).  Steps, each ``make -jN VARIANT vmlinux modules``:
+small modules), the default two; ``kallsyms`` (the reference plus
+bench/kallsyms.config), only when asked for.  Steps, each ``make -jN
+VARIANT vmlinux modules``:
 
   full     from a freshly configured, empty O= directory
   vmlinux  after touching --touch (kernel/fork.c)
-  module   after touching --touch-module (drivers/net/veth.c, a module of both)
+  module   after touching --touch-module (drivers/net/veth.c, a module in each configuration)
 
 Every round runs, per configuration, one turn of full builds and --rebuilds
 turns of each rebuild; a turn runs every variant once, each turn in the
@@ -80,8 +82,10 @@ from trust import OTHERS_LIMIT, doubts, paired_ratio
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE.parent.parent / 'shared' / 'corpus'
 SOURCES = ('6.1', '6.12')
-CONFIGS = {'reference': ('kernel-btf.config',),
-           'modules': ('kernel-btf.config', 'kernel-modules.config')}
+CONFIGS = {'reference': (CORPUS / 'kernel-btf.config',),
+           'modules': (CORPUS / 'kernel-btf.config', CORPUS / 'kernel-modules.config'),
+           'kallsyms': (CORPUS / 'kernel-btf.config', HERE / 'kallsyms.config')}
+DEFAULT_CONFIGS = ['reference', 'modules']
 STEPS = ('full', 'vmlinux', 'module')
 GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
 PROJECT_CPUS = (8, 32, 64)
@@ -162,7 +166,7 @@ def configure(integration: Path, src: Path, build: Path, fragment: Path, args: l
 def fragment_of(work: Path, config: str) -> Path:
     """One config fragment holding the configuration's fragments in order."""
     path = work / f'{config}.config'
-    path.write_text(''.join((CORPUS / f).read_text() for f in CONFIGS[config]))
+    path.write_text(''.join(f.read_text() for f in CONFIGS[config]))
     return path
 
 
@@ -340,7 +344,7 @@ def report(described: dict, builds: list[Build]) -> str:
         if not mine:
             continue
         out.append(f'Linux {described.get("source", "6.1")}, {config} configuration '
-                   f'({" + ".join(CONFIGS[config])}), make -j{described["jobs"]} '
+                   f'({" + ".join(f.name for f in CONFIGS[config])}), make -j{described["jobs"]} '
                    f'vmlinux modules; medians, ratios to {names[0]} per turn: median (range)')
         out.append(f'{"step":8} {"variant":8} {"turns":>5} {"wall s":>8} {"CPU s":>8} {"tree MB":>8} '
                    f'{"others":>7}  {"wall ratio":>16} {"CPU ratio":>16} {"size":>5}')
@@ -442,7 +446,7 @@ def main() -> int:
     ap.add_argument('--source', choices=SOURCES, default=SOURCES[0],
                     help='the Linux version built (default %(default)s)')
     ap.add_argument('--config', action='append', choices=list(CONFIGS),
-                    help='configuration to build (repeatable; default: both)')
+                    help=f'configuration to build (repeatable; default: {" and ".join(DEFAULT_CONFIGS)})')
     ap.add_argument('--rounds', type=int, default=3, help='rounds (default 3)')
     ap.add_argument('--rebuilds', type=int, default=2,
                     help='turns of each rebuild step per round (default 2)')
@@ -468,7 +472,7 @@ def main() -> int:
     ap.add_argument('--from-records', type=Path, metavar='JSONL',
                     help='report on the records of an earlier run instead of building')
     opts = ap.parse_args()
-    opts.config = opts.config or list(CONFIGS)
+    opts.config = opts.config or DEFAULT_CONFIGS
     opts.objbtf_tree = opts.objbtf_tree.resolve()
     if opts.from_records:
         described, builds = read_records(opts.from_records)
