@@ -30,7 +30,8 @@ VARIANT vmlinux modules``:
 
   full     from a freshly configured, empty O= directory
   vmlinux  after touching --touch (kernel/fork.c)
-  module   after touching --touch-module (drivers/net/veth.c, a module in each configuration)
+  module   after touching --touch-module (drivers/net/veth.c: a module in
+           each configuration)
 
 Every round runs, per configuration, one turn of full builds and --rebuilds
 turns of each rebuild; a turn runs every variant once, each turn in the
