@@ -7,7 +7,8 @@ from .btf.errors import BtfError
 from .btf.reader import parse_btf
 from .btf.types import Btf
 from .elf.errors import ElfError
-from .elf.reader import ElfFile
+from .elf.consts import ET_REL, SHT_REL
+from .elf.reader import ElfFile, Section
 from .files import open_regular, read_regular
 
 ELF_MAGIC = b'\x7fELF'
@@ -24,7 +25,38 @@ def read_btf_bytes(path: str) -> bytes:
         sec = elf.section_by_name('.BTF')
         if sec is None:
             raise BtfError('no .BTF section')
-        return elf.section_data(sec)
+        return _as_linked_alone(elf, sec, elf.section_data(sec))
+
+
+def _as_linked_alone(elf: ElfFile, sec: Section, raw: bytes) -> bytes:
+    """An object's .BTF as if it were linked alone, on machines whose
+    relocations keep their addends in the relocated bytes (REL: i386).
+    There, until the link, each DATASEC entry's offset field holds the
+    addend, not the variable's offset in its section (RELA objects hold
+    that offset); applied against the symbols' offsets, they do."""
+    rsec = elf.reloc_section_for(sec.index)
+    if elf.e_type != ET_REL or rsec is None or rsec.type != SHT_REL:
+        return raw
+    symbols = elf.symbols()
+    out = bytearray(raw)
+    for offset, symbol, _type, _addend in elf.relocations(rsec):
+        if offset + 4 > len(out):
+            raise BtfError(f'a relocation of {rsec.name} is past the end of .BTF')
+        value = symbols[symbol].value + int.from_bytes(out[offset:offset + 4], elf.byteorder)
+        out[offset:offset + 4] = (value & 0xffff_ffff).to_bytes(4, elf.byteorder)
+    return bytes(out)
+
+
+def pointer_size_of(path: str) -> int:
+    """The pointer size of the target ``path`` was built for, by its ELF
+    class: 4 or 8; 0 for raw BTF, which does not record it (the check then
+    takes the size of its ``long``: ``validate.pointer_size``)."""
+    fd, _ = open_regular(path)
+    with os.fdopen(fd, 'rb') as f:
+        head = f.read(5)
+    if head[:4] != ELF_MAGIC:
+        return 0
+    return 4 if head[4] == 1 else 8         # e_ident[EI_CLASS]: ELFCLASS32 is 1
 
 
 def load_btf_file(path: str, base: Btf | None = None) -> Btf:

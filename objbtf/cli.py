@@ -170,8 +170,9 @@ def check(file: str, base_path: str | None, kernel: bool) -> None:
     exit status is 1 when a rule is broken or the kernel rejects the BTF.
     """
     from .btf.validate import validate_bytes
+    from .btf_file import pointer_size_of
     raw, base = _read_or_exit(file, base_path)
-    problems = validate_bytes(raw, base)
+    problems = validate_bytes(raw, base, ptr_size=pointer_size_of(file))
     if problems:
         click.echo(f'{file}: {problems[0]}' + (f' (and {len(problems) - 1} more)'
                                                 if len(problems) > 1 else ''))

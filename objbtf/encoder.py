@@ -115,7 +115,7 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     relocations and the chunk, with ``facts`` on the functions."""
     placements = _add_datasecs(btf, elf, entries)
     out = dedup(btf, consume=True)
-    _refuse_invalid(out, source)
+    _refuse_invalid(out, source, 4 if elf.elf_class == 32 else 8)
     offsets: list[int] = []
     try:
         raw = encode_btf(out, offsets)
@@ -138,16 +138,16 @@ def _section(elf: ElfFile, name: str, relocate: bool = False) -> bytes:
     return apply_relocations(elf, sec) if relocate else elf.section_data(sec)
 
 
-def _refuse_invalid(btf: Btf, source: str) -> None:
-    """EncodeError if ``btf``, made from ``source``, breaks a rule of the
-    kernel's (``objbtf check``).
+def _refuse_invalid(btf: Btf, source: str, ptr_size: int) -> None:
+    """EncodeError if ``btf``, made from ``source`` for a target of
+    ``ptr_size``-byte pointers, breaks a rule of the kernel's (``objbtf check``).
 
     A compiler's DWARF always gives valid BTF (tests/test_kernel_objects.py
     checks every object of the reference kernel); corrupt DWARF (a name
     from a damaged .debug_str, a member past its struct, a typedef loop)
     would not, and a kernel that finds such BTF at boot has no BTF at all.
     So nothing is written that the kernel would refuse."""
-    problem = first_problem(btf)
+    problem = first_problem(btf, ptr_size=ptr_size)
     if problem is not None:
         raise EncodeError(f'{source} gives BTF the kernel would reject: {problem}')
 

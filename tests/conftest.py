@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / 'fixtures'
+KCONFIG = FIXTURES / 'kconfig'
 C_FIXTURES = FIXTURES / 'c'
 KERNEL_SCRIPT = ROOT.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 KERNEL_DIR = Path(os.environ.get('OBJBTF_KERNEL_DIR', '/var/cache/objbtf/kernel-6.1'))
@@ -145,8 +146,21 @@ def kbuild_6_1_arm64(tmp_path_factory):
     from kbuild_tree import patched_build
     tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-arm64'), '6.1',
                          ['ARCH=arm64', 'CROSS_COMPILE=aarch64-linux-gnu-'],
-                         fragment=FIXTURES / 'kconfig' / 'cross-small.config')
+                         fragments=[KCONFIG / 'small.config'])
     assert 'CONFIG_KALLSYMS=y' in tree.config(), 'Kconfig did not keep CONFIG_KALLSYMS'
+    return tree
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1_i386(tmp_path_factory):
+    """Linux 6.1 for i386 (32-bit x86: 4-byte pointers, REL relocations,
+    percpu variables away from address 0), the small config with SMP, built
+    with OBJBTF once per run."""
+    from kbuild_tree import patched_build
+    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-i386'), '6.1',
+                         fragments=[KCONFIG / 'small.config', KCONFIG / 'i386.config'])
+    config = tree.config()
+    assert 'CONFIG_X86_32=y' in config and 'CONFIG_SMP=y' in config, 'not an i386 SMP config'
     return tree
 
 
@@ -159,7 +173,7 @@ def kbuild_6_1_s390x(tmp_path_factory):
     from kbuild_tree import patched_build
     return patched_build(tmp_path_factory.mktemp('kbuild-6.1-s390x'), '6.1',
                          ['ARCH=s390', 'CROSS_COMPILE=s390x-linux-gnu-'],
-                         fragment=FIXTURES / 'kconfig' / 'cross-small.config')
+                         fragments=[KCONFIG / 'small.config'])
 
 
 @pytest.fixture(scope='session')
@@ -171,7 +185,7 @@ def kbuild_6_1_lto(tmp_path_factory):
         need(tool)
     from kbuild_tree import patched_build
     tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-lto'), '6.1', ['LLVM=1'],
-                         fragment=FIXTURES / 'kconfig' / 'lto-small.config')
+                         fragments=[KCONFIG / 'lto-small.config'])
     assert 'CONFIG_LTO_CLANG_THIN=y' in tree.config(), 'Kconfig did not keep CONFIG_LTO_CLANG_THIN'
     return tree
 
@@ -213,6 +227,20 @@ def kbuild_6_1_gbtf(tmp_path_factory):
     from kbuild_tree import patched_build, quick_command
     return patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf'), '6.1',
                          (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'))
+
+
+@pytest.fixture(scope='session')
+def kbuild_6_1_gbtf_kallsyms(tmp_path_factory):
+    """Linux 6.1 for x86_64 built DWARF-less as kbuild_6_1_gbtf is, but with
+    the cross builds' small config, which has kallsyms: then the BTF link is
+    the first kallsyms link, which the switch strips of the objects' BTF
+    instead of removing it.  About a third of the reference kernel's objects."""
+    from kbuild_tree import patched_build, quick_command
+    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf-kallsyms'), '6.1',
+                         (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'),
+                         fragments=[KCONFIG / 'small.config', KCONFIG / 'x86_64.config'])
+    assert 'CONFIG_KALLSYMS=y' in tree.config(), 'Kconfig did not keep CONFIG_KALLSYMS'
+    return tree
 
 
 @pytest.fixture(scope='session')

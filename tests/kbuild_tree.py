@@ -238,10 +238,10 @@ def touched(path: Path) -> Iterator[None]:
 
 def patched_build(top: Path, version: str, make_args: Sequence[str] = (),
                   targets: Sequence[str] = ('vmlinux', 'modules'),
-                  fragment: Path | None = None) -> KernelBuild:
+                  fragments: Sequence[Path] = ()) -> KernelBuild:
     """Linux ``version`` with the integration applied, configured
     (``kbuild-integration/configure``, the reference config or
-    ``fragment``) and built with ``make OBJBTF=... TARGETS`` in
+    ``fragments``) and built with ``make OBJBTF=... TARGETS`` in
     ``top``/build; ``make_args`` go to every make, configure's too.  The
     source is ``patched_source``'s, shared with the other builds of
     ``version``."""
@@ -249,7 +249,7 @@ def patched_build(top: Path, version: str, make_args: Sequence[str] = (),
         need(tool)
     src, build = patched_source(top.parent, version), top / 'build'
     need_space(top, BUILD_GIB, 'a kernel build')
-    run(INTEGRATION / 'configure', src, build, *([fragment] if fragment else []), *make_args)
+    run(INTEGRATION / 'configure', src, build, *fragments, *make_args)
     tree = KernelBuild(version, src, build, tuple(make_args))
     tree.stderr = tree.make(*targets)
     (top / 'make.stderr').write_text(tree.stderr)

@@ -14,6 +14,7 @@ from btf_shapes import (kind_counts, lost_enumerators, named_types, same_types,
 from conftest import C_FIXTURES, need, objbtf, run
 from objbtf.btf import Btf, Kind, parse_btf
 from objbtf.btf.kinds import INT_CHAR
+from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
 from test_relocations import assert_linked_offsets, datasec_fields, rela_btf, symbol_sections
 
@@ -175,6 +176,35 @@ def test_with_dwarf_the_compiler_btf_first_then_dwarf(tmp_path):
     assert section(both) == section(alone)
     objbtf('encode', both)
     assert section(both) == section(plain)
+
+
+@pytest.mark.parametrize('word', [8, 7, 0])
+def test_declared_enums_however_gcc_numbered_them(tmp_path, word):
+    """GCC 12 writes a declared enum as a FWD of struct, its CTF kind (8) in
+    the header word, renumbered as a type id would be: 7 and 0 were seen
+    (kernel/topology.o of a small x86_64 config; that object's structs had
+    0).  An enum a function returns becomes pahole's ENUM without values
+    whatever the word (the kernel refuses a FWD there); one only behind
+    pointers when the word is above a struct's 6, and below that it is a
+    struct's FWD to the loader too.  Struct and union FWDs stay."""
+    obj = compile_with('declared_enums', tmp_path / 'e.o', '-gbtf')
+    raw = parse_btf(section(obj))
+    fwds = {t.name: i for i, t in raw.own() if t.kind is Kind.FWD}
+    assert (raw[fwds['by_value']].type, raw[fwds['by_pointer']].type) == (8, 8)
+    with ElfFile.open(str(obj)) as elf:
+        sec = elf.section_by_name('.BTF')
+        start = sec.offset + int.from_bytes(section(obj)[4:8], 'little')    # hdr_len
+    data = bytearray(obj.read_bytes())
+    offsets = type_offsets(raw)
+    for name in ('by_value', 'by_pointer'):
+        at = start + offsets[fwds[name] - 1] + 8               # the header word
+        data[at:at + 4] = word.to_bytes(4, 'little')
+    obj.write_bytes(bytes(data))
+    objbtf('encode', obj)
+    kinds = {t.name: (t.kind, t.vlen, t.kflag) for _, t in parse_btf(section(obj)).own()}
+    assert kinds['by_value'] == (Kind.ENUM, 0, 0)
+    assert kinds['by_pointer'] == ((Kind.ENUM, 0, 0) if word > 6 else (Kind.FWD, 0, 0))
+    assert kinds['opaque'] == (Kind.FWD, 0, 0) and kinds['hidden'] == (Kind.FWD, 0, 1)
 
 
 def test_broken_compiler_btf_is_one_line_error(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from conftest import C_FIXTURES, compile_c, need, objbtf, run
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.kinds import INT_BOOL, INT_SIGNED
+from objbtf.btf_file import load_btf_file
 from objbtf.elf.reader import ElfFile
 from pahole_compare import differences, pahole_btf
 
@@ -176,6 +177,37 @@ def test_functions_chosen_as_pahole(tmp_path):
     # static_helper is inlined into uses_static at -O2: no symbol, no FUNC.
     assert funcs == ['restrict_fn', 'takes_unnamed', 'uses_static', 'variadic']
     assert all(t.linkage == 0 for _, t in btf.own() if t.kind is Kind.FUNC)
+
+
+@pytest.mark.parametrize('debug', ['-g', '-gbtf'])
+def test_a_32_bit_object(tmp_path, debug):
+    """i386 (gcc -m32), from its DWARF and from GCC's BTF: pointers of 4
+    bytes (a struct ending in one 4 bytes in, a double at a 4-byte
+    boundary), which objbtf check takes from the ELF class, as a 32-bit
+    kernel would; REL relocations (R_386_32, the addend in the field) on
+    each percpu variable's offset, which read as linked alone give each at
+    its symbol; pahole's types from the same DWARF."""
+    need('gcc')
+    obj = tmp_path / 'ptr32.o'
+    run('gcc', '-m32', '-O2', debug, '-c', '-o', obj, C_FIXTURES / 'ptr32.c')
+    objbtf('encode', obj)
+    assert objbtf('check', obj).returncode == 0
+    run(need('bpftool'), 'btf', 'dump', 'file', obj)
+    btf = load_btf_file(str(obj))
+    assert by_name(btf, Kind.STRUCT, 'list_head').size == 8
+    [ds] = [t for _, t in btf.own() if t.kind is Kind.DATASEC]
+    with ElfFile.open(str(obj)) as elf:
+        assert elf.elf_class == 32
+        symbols = {s.name: s.value for s in elf.symbols()}
+        rel = elf.section_by_name('.rel.BTF')
+        assert rel is not None and elf.section_by_name('.rela.BTF') is None
+        relocs = elf.relocations(rel)
+    assert {(btf[v.type].name, v.offset) for v in ds.items} == {
+        (name, symbols[name]) for name in ('percpu_list', 'percpu_sample')}
+    assert sorted(r[2] for r in relocs) == [1, 1]          # R_386_32
+    if debug == '-g':
+        need('pahole')
+        assert differences(section_btf(obj), pahole_btf(obj), obj) == []
 
 
 def test_deterministic_and_idempotent(tmp_path):

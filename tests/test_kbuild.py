@@ -268,6 +268,10 @@ def test_configure_is_quiet_unless_a_step_fails(tmp_path_factory, tmp_path):
     assert result.returncode == 1
     assert 'arch/none/Makefile' in result.stderr, result.stderr
     assert result.stderr.splitlines()[-1].startswith('configure: failed: make '), result.stderr
+    missing = tmp_path / 'no-such.config'
+    result = run(INTEGRATION / 'configure', src, tmp_path / 'third', missing, check=False)
+    assert result.returncode == 1 and not (tmp_path / 'third').exists()
+    assert result.stderr == f'configure: cannot read the fragment {missing}\n'
 
 
 @pytest.mark.kernel

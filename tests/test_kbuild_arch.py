@@ -1,7 +1,8 @@
-"""The Kbuild integration with clang and on arm64: real Linux builds,
+"""The Kbuild integration with clang, on arm64 and on i386: real Linux builds,
 ``make LLVM=1 OBJBTF=...`` of 6.1 and 6.12 (clang, ld.lld, llvm-objcopy; the
-reference config) and 6.1's ``make ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-
-OBJBTF=...`` (Debian's cross gcc and binutils; tests/fixtures/kconfig/cross-small.config),
+reference config), 6.1's ``make ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-
+OBJBTF=...`` (Debian's cross gcc and binutils; tests/fixtures/kconfig/small.config)
+and 6.1 for i386 (x86's tinyconfig, with SMP: 4-byte pointers, REL relocations),
 each once per session (conftest.py, kbuild_tree.py), checked as the gcc
 build of test_kbuild.py is: the running kernel, pahole on the same vmlinux,
 every percpu variable, the modules, a rebuild.
@@ -20,15 +21,24 @@ from conftest import need, objbtf, run
 from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, kind_counts, layout_files,
                          objbtf_command, sections, touched)
 from objbtf.btf import Kind, parse_btf
+from objbtf.btf.validate import validate_bytes
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
 from test_link_kernel import percpu_symbols
 
-BUILDS = ['kbuild_6_1_llvm', 'kbuild_6_12_llvm', 'kbuild_6_1_arm64']
+#: The builds the running x86_64 kernel can judge: i386's BTF has 4-byte
+#: pointers, which a 64-bit kernel's checks take as 8 bytes.
+LOADABLE = ['kbuild_6_1_llvm', 'kbuild_6_12_llvm', 'kbuild_6_1_arm64']
+BUILDS = [*LOADABLE, 'kbuild_6_1_i386']
 
 
 @pytest.fixture(params=BUILDS)
 def tree(request) -> KernelBuild:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=LOADABLE)
+def loadable_tree(request) -> KernelBuild:
     return request.getfixturevalue(request.param)
 
 
@@ -43,10 +53,10 @@ def vmlinux_btf(tree: KernelBuild):
 
 
 @pytest.mark.kernel
-def test_vmlinux_btf_is_accepted_by_the_kernel(tree, kernel_loader):
+def test_vmlinux_btf_is_accepted_by_the_kernel(loadable_tree, kernel_loader):
     """objbtf's rules, bpftool, and the running (x86_64) kernel's
     BPF_BTF_LOAD: BTF is the same format on every little-endian machine."""
-    vmlinux = tree.build / 'vmlinux'
+    vmlinux = loadable_tree.build / 'vmlinux'
     assert objbtf('check', vmlinux).returncode == 0
     dump = run(need('bpftool'), 'btf', 'dump', 'file', vmlinux)
     assert dump.stdout.count('\n') > 20000
@@ -161,6 +171,29 @@ def test_a_failed_btf_link_stops_with_lds_error(kbuild_6_1_arm64):
     assert 'Failed to generate BTF for vmlinux' in r.stderr
     assert 'objbtf' not in r.stderr and 'does not exist' not in r.stderr
     tree.make('vmlinux')        # as it was, for whatever test comes next
+
+
+# --- i386: 4-byte pointers ----------------------------------------------------
+
+@pytest.mark.kernel
+def test_i386_btf_follows_the_rules_of_a_32_bit_kernel(kbuild_6_1_i386, tmp_path):
+    """i386's BTF, checked as a 32-bit kernel checks it (objbtf check takes
+    the pointer size from the ELF class) and read by bpftool; the x86_64
+    kernel here would take its pointers as 8 bytes and refuse a struct
+    that ends in one, which the same check with 8-byte pointers shows.
+    The objects' relocations are REL (R_386_32, the addend in place)."""
+    tree = kbuild_6_1_i386
+    vmlinux = tree.build / 'vmlinux'
+    with ElfFile.open(str(vmlinux)) as elf:
+        assert elf.elf_class == 32
+    assert objbtf('check', vmlinux).returncode == 0
+    run(need('bpftool'), 'btf', 'dump', 'file', vmlinux)
+    raw = sections(vmlinux)['.BTF'][0]
+    assert validate_bytes(raw, ptr_size=4) == []
+    wide = validate_bytes(raw, ptr_size=8)
+    assert wide and 'runs past the struct size' in wide[0].message
+    fork = section_names(tree.build / 'kernel/fork.o')
+    assert '.rel.BTF' in fork and '.rela.BTF' not in fork
 
 
 # --- s390x: big-endian; not in CI (--s390x) -----------------------------------

@@ -118,6 +118,27 @@ def test_no_second_copy_of_the_objects_btf(gbtf):
         assert '.symtab' in names and not names & LINKED_OBJECTS_BTF
 
 
+def test_with_kallsyms_the_btf_link_keeps_only_its_symbols(kbuild_6_1_gbtf_kallsyms,
+                                                           kernel_loader):
+    """6.1 with kallsyms: the BTF link is the first kallsyms link, whose
+    symbols the kallsyms step reads; the switch takes the objects' BTF out
+    of it (objcopy) rather than removing it, and the build goes on to a
+    vmlinux with kallsyms and BTF the kernel accepts, and valid modules."""
+    tree = kbuild_6_1_gbtf_kallsyms
+    assert tree.tmp_vmlinux.name == '.tmp_vmlinux.kallsyms1'
+    assert not (tree.build / '.tmp_vmlinux.btf').exists()
+    names = set(sections(tree.tmp_vmlinux))
+    assert '.symtab' in names and not names & LINKED_OBJECTS_BTF
+    assert 'kallsyms_names' in (tree.build / 'System.map').read_text()
+    vmlinux = tree.build / 'vmlinux'
+    kernel = objbtf('check', '--kernel', vmlinux, check=False)
+    assert kernel.returncode == 0, kernel.stdout + kernel.stderr
+    modules = tree.modules()
+    assert len(modules) == 3
+    for ko in modules:
+        assert_valid_split_btf(vmlinux, ko)
+
+
 def test_vmlinux_btf_is_valid(gbtf, kernel_loader):
     build = gbtf.build
     vmlinux = build / 'vmlinux'

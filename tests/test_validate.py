@@ -17,7 +17,7 @@ from fixtures.btf import inputs
 from objbtf.btf import Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinfo, encode_btf
 from objbtf.btf import BtfError, parse_btf
 from objbtf.btf.kinds import FUNC_EXTERN, VAR_GLOBAL_EXTERN
-from objbtf.btf.validate import Problem, first_problem, validate, validate_bytes
+from objbtf.btf.validate import Problem, first_problem, pointer_size, validate, validate_bytes
 from objbtf.btf.writer import type_offsets
 
 Mutation = Callable[[Btf, dict[str, int]], None]
@@ -129,6 +129,37 @@ def test_problem_names_type_kind_and_name():
     assert isinstance(problem, Problem)
     assert str(problem) == (f"type [{ids['node']}] STRUCT 'node': "
                             "member 'val' offset 192 past the struct size 8")
+
+
+def _ending_in_a_pointer(long_size: int | None) -> Btf:
+    """A struct of two pointers in 8 bytes, as i386 lays it out, beside a
+    ``long`` of ``long_size`` bytes (none if None)."""
+    btf = Btf()
+    if long_size is not None:
+        btf.add(BtfType(Kind.INT, 'long int', size=long_size, bits=8 * long_size))
+    head = btf.next_id
+    ptr = head + 1
+    btf.add(BtfType(Kind.STRUCT, 'list_head', size=8,
+                    items=(Member('next', ptr, 0), Member('prev', ptr, 32))))
+    btf.add(BtfType(Kind.PTR, type=head))
+    return btf
+
+
+def test_pointers_have_the_size_of_the_targets_long():
+    """The kernel checks pointer members with its own pointer size; raw
+    BTF does not record the target's, so the check takes the size of its
+    ``long`` (its base's first), 8 without one, unless told."""
+    i386 = _ending_in_a_pointer(4)
+    assert pointer_size(i386) == 4 and validate(i386) == []
+    assert 'runs past the struct size 8' in str(first_problem(i386, ptr_size=8))
+    assert validate_bytes(encode_btf(i386)) == []
+    assert pointer_size(_ending_in_a_pointer(8)) == 8
+    no_long = _ending_in_a_pointer(None)
+    assert pointer_size(no_long) == 8 and validate(no_long)
+    assert validate(no_long, ptr_size=4) == []
+    split = Btf(base=i386)
+    split.add(BtfType(Kind.PTR, type=2))
+    assert pointer_size(split) == 4
 
 
 # -- one broken rule at a time --------------------------------------------

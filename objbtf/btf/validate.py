@@ -76,32 +76,57 @@ class Problem:
         return f"type [{self.type_id}] {self.kind} '{shown(self.name) or '(anon)'}': {self.message}"
 
 
-def validate(btf: Btf, linux_6_1: bool = False) -> list[Problem]:
+def validate(btf: Btf, linux_6_1: bool = False, ptr_size: int = 0) -> list[Problem]:
     """Problems the kernel would find in ``btf`` (empty when it would load).
 
     Every type gets its own checks; when they all pass, references are
     resolved, which like the kernel stops at the first problem.  Split BTF is
     checked on top of its base, whose types count as already checked.
     ``linux_6_1`` adds the rules that kernels after 6.1 relaxed.
+    ``ptr_size`` is the target's pointer size, 4 or 8, which the kernel
+    checks pointer and float members with (its own ``sizeof(void *)``); 0,
+    the default, takes ``pointer_size(btf)``.
     """
-    return _Checker(btf, 'utf-8', linux_6_1).run()
+    return _Checker(btf, 'utf-8', linux_6_1, ptr_size).run()
 
 
-def first_problem(btf: Btf, linux_6_1: bool = False) -> Problem | None:
+def first_problem(btf: Btf, linux_6_1: bool = False, ptr_size: int = 0) -> Problem | None:
     """The first problem ``validate`` finds, or None."""
-    problems = validate(btf, linux_6_1)
+    problems = validate(btf, linux_6_1, ptr_size)
     return problems[0] if problems else None
 
 
+#: The spellings of ``long`` and ``unsigned long`` a compiler may give an INT.
+_LONG_NAMES: Final = frozenset({
+    'long', 'long int', 'int long', 'unsigned long', 'long unsigned', 'unsigned long int',
+    'unsigned int long', 'long unsigned int', 'long int unsigned', 'int unsigned long',
+    'int long unsigned'})
+
+
+def pointer_size(btf: Btf) -> int:
+    """The pointer size of the target ``btf`` was made for, which raw BTF
+    does not record: the size of its ``long`` (its base's first), as libbpf
+    finds it; 8 when neither table has one."""
+    tables = [btf]
+    while tables[-1].base is not None:
+        tables.append(tables[-1].base)
+    for table in reversed(tables):
+        for type_id in range(table.start_id, table.next_id):
+            t = table[type_id]
+            if t.kind is INT and t.size in (4, 8) and t.name in _LONG_NAMES:
+                return t.size
+    return 8
+
+
 def first_problem_among(btf: Btf, type_ids: Iterable[int],
-                        linux_6_1: bool = False) -> Problem | None:
+                        linux_6_1: bool = False, ptr_size: int = 0) -> Problem | None:
     """The first problem the kernel would find in the types ``type_ids`` of
     ``btf``: their own checks, then resolving them and what they refer to,
     in id order.  For a table most of whose types are known to be valid:
     the link checks the types it makes or that came without a checksum, not
     all of them.  Some checks depend on what was resolved before (a
     DATASEC's entry sizes on its VARs, as in the kernel): give those too."""
-    checker = _Checker(btf, 'utf-8', linux_6_1)
+    checker = _Checker(btf, 'utf-8', linux_6_1, ptr_size)
     ids = sorted(type_ids)
     for type_id in ids:
         problem = checker.meta_problem(type_id)
@@ -112,11 +137,12 @@ def first_problem_among(btf: Btf, type_ids: Iterable[int],
 
 
 def validate_bytes(data: bytes, base: Btf | None = None,
-                   linux_6_1: bool = False) -> list[Problem]:
+                   linux_6_1: bool = False, ptr_size: int = 0) -> list[Problem]:
     """Problems the kernel would find in a raw BTF blob (split on ``base`` if given).
 
     The blob may be in either byte order: it is checked as the kernel of an
-    architecture with that byte order would check it.
+    architecture with that byte order would check it; ``ptr_size`` as for
+    ``validate``.
     """
     problems, header = _check_layout(data, split=base is not None)
     if header is None:
@@ -133,7 +159,7 @@ def validate_bytes(data: bytes, base: Btf | None = None,
     if not complete:
         return problems
     btf = Btf(types=types, base=base) if base is not None else Btf(types=[VOID, *types])
-    checker = _Checker(btf, 'latin-1', linux_6_1)
+    checker = _Checker(btf, 'latin-1', linux_6_1, ptr_size)
     problems = sorted(problems + checker.check_metas(), key=lambda p: p.type_id or 0)
     return problems or checker.check_references()
 
@@ -265,7 +291,6 @@ _NEEDS_RESOLVE: Final = _MODIFIERS | {PTR, STRUCT, UNION, ARRAY,
 _SOURCE_ONLY: Final = frozenset({VAR, DECL_TAG, DATASEC})
 _NO_SIZE: Final = frozenset({UNKN, FWD, FUNC, FUNC_PROTO, DECL_TAG})
 _DECL_TAG_TARGETS: Final = frozenset({FUNC, STRUCT, UNION, VAR, TYPEDEF})
-_PTR_SIZE: Final = 8
 #: Per walk mode (the kernel's resolve_mode), the kinds the walk goes into
 #: rather than stopping at (the others are its sinks).
 _WALKED: Final = {_MODE_TBD: _NEEDS_RESOLVE, _MODE_PTR: _MODIFIERS | {PTR},
@@ -331,10 +356,11 @@ class _AllTypes:
 class _Checker:
     """The kernel's checks on a model, with its resolution state."""
 
-    def __init__(self, btf: Btf, encoding: str, linux_6_1: bool):
+    def __init__(self, btf: Btf, encoding: str, linux_6_1: bool, ptr_size: int):
         self.btf = btf
         self.encoding = encoding
         self.linux_6_1 = linux_6_1
+        self.ptr_size = ptr_size or pointer_size(btf)
         self.types = _all_types(btf)
         self.total = len(self.types)
         self.first = btf.start_id
@@ -557,7 +583,7 @@ class _Checker:
         if t.kind is ARRAY:
             return self.resolved_size(type_id)
         if t.kind is PTR:
-            return _PTR_SIZE
+            return self.ptr_size
         return None
 
     def resolve(self, root: int) -> None:
@@ -674,7 +700,7 @@ class _Checker:
         total, kstart, state, rid = self.total, self.kstart, self.state, self.rid
         walked = _WALKED[self.mode]
         check_member = self.check_member
-        size, bitfields = t.size, t.kflag
+        size, bitfields, ptr_size = t.size, t.kflag, self.ptr_size
         for i in range(start, len(members)):
             m = members[i]
             top[1] = i + 1
@@ -701,7 +727,7 @@ class _Checker:
             off = m[2]
             if k in _WHOLE_MEMBERS:
                 if not m[3] and not off & 7 and (not bitfields or k in _COMPOSITE_OR_PTR) \
-                        and (size - (off >> 3)) & _U32 >= (_PTR_SIZE if k is PTR else mt.size):
+                        and (size - (off >> 3)) & _U32 >= (ptr_size if k is PTR else mt.size):
                     continue
             elif k is INT:
                 if not bitfields:
@@ -957,7 +983,7 @@ def _member_sized(size: int, s: BtfType, m: Member) -> str | None:
 
 
 def _member_ptr(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
-    return _member_sized(_PTR_SIZE, s, m)
+    return _member_sized(c.ptr_size, s, m)
 
 
 def _member_array(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
@@ -970,7 +996,7 @@ def _member_aggregate(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | 
 
 
 def _member_float(c: _Checker, s: BtfType, m: Member, mt: BtfType) -> str | None:
-    align_bits = min(_PTR_SIZE, mt.size) * 8
+    align_bits = min(c.ptr_size, mt.size) * 8
     if align_bits and m.bit_offset % align_bits:
         return f'at bit {m.bit_offset} is not aligned to {align_bits} bits'
     if (m.bit_offset >> 3) + mt.size > s.size:

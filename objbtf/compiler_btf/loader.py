@@ -9,8 +9,8 @@ them; the loader fixes each:
   named, as the DWARF path chooses; FUNC_PROTOs only those FUNCs used go;
 - ``INT 'char'`` with encoding SIGNED|CHAR, which the kernel rejects: pahole
   never sets CHAR;
-- declaration-only enums as FWD (its header word holds GCC's CTF kind, 8
-  for an enum): pahole's ENUM of size 4 without values;
+- declaration-only enums as FWD, of struct: pahole's ENUM of size 4 without
+  values, for the FWDs ``_enum_forwards`` finds;
 - enum values as 32-bit numbers without the signedness flag, and enums of
   8 bytes as ENUM: read as the signed values GCC stores, then pahole's
   ENUM/ENUM64 rule.  GCC drops the enumerators whose value does not fit in
@@ -48,9 +48,12 @@ from ..features import Features
 from ..functions import FACT_WEAK, function_key, function_keys
 from ..rules import base_type, declared_enum, enum_type
 
-#: The CTF kind GCC leaves in a FWD's header word for a forward enum
-#: (6 and 7 are struct and union).
-CTF_K_ENUM = 8
+#: GCC 12 leaves its CTF kind in a FWD's header word (struct 6, union 7,
+#: enum 8), renumbered though as if it were a type id: where the object's
+#: BTF left out types below it, it is smaller (kernel/topology.o of a small
+#: x86_64 config: its structs' 0, its enum's 7).  Above a struct's 6, a
+#: FWD that is not a union's can only be an enum's.
+CTF_K_STRUCT = 6
 MAX_DEPTH = 32
 _COMPOSITE = KINDS.composite
 _SIZED = KINDS.sized
@@ -123,6 +126,7 @@ class _Loader:
                 self.objects.setdefault(s.name, s)
         self.placements: dict[int, VarPlacement] = {}
         self.placed: set[str] = set()
+        self.enum_forwards = self._enum_forwards()
 
     def load(self) -> Loaded:
         with gc_paused():
@@ -175,11 +179,33 @@ class _Loader:
                 elem, nelems = self._flat_array(st, cast(int, detail))
                 t = BtfType(k, '', 0, new_id[elem], 0, 0, 0, 0, index_type, nelems)
             elif k is _FWD:
-                t = declared_enum(name) if st == CTF_K_ENUM else BtfType(k, name, 0, 0, kflag)
+                t = declared_enum(name) if i in self.enum_forwards else BtfType(k, name, 0, 0, kflag)
             else:
                 t = self._amended(types[i])
                 t.remap(ids)
             out.append(t)
+        return out
+
+    def _enum_forwards(self) -> set[int]:
+        """The FWDs that are enums' declarations: by their header word
+        (CTF_K_STRUCT), or by their use: a function's return or parameter
+        type (past typedefs and modifiers), which in C may be a declared
+        enum but in the kernel's BTF never a FWD (which has no size)."""
+        heads, words, at = self.heads, self.words, self.at
+        out = {i for i in range(1, self.n)
+               if heads[i][0] is _FWD and heads[i][2] > CTF_K_STRUCT and not words[at[i] + 1] >> 31}
+        for i in range(1, self.n):
+            k, _, st, vlen, _ = heads[i]
+            if k is not _FUNC_PROTO:
+                continue
+            w = at[i]
+            for ref in (st, *words[w + 4:w + 3 + 2 * vlen:2]):
+                for _ in range(MAX_DEPTH):
+                    if not 0 < ref < self.n or heads[ref][0] not in _MODIFIERS:
+                        break
+                    ref = heads[ref][2]
+                if 0 < ref < self.n and heads[ref][0] is _FWD and not words[at[ref] + 1] >> 31:
+                    out.add(ref)
         return out
 
     # ---- which types stay ------------------------------------------------
