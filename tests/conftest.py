@@ -231,10 +231,11 @@ def kbuild_6_1_gbtf(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def kbuild_6_1_gbtf_kallsyms(tmp_path_factory):
-    """Linux 6.1 for x86_64 built DWARF-less as kbuild_6_1_gbtf is, but with
-    the cross builds' small config, which has kallsyms: then the BTF link is
-    the first kallsyms link, which the switch strips of the objects' BTF
-    instead of removing it.  About a third of the reference kernel's objects."""
+    """Linux 6.1 for x86_64 built DWARF-less as kbuild_6_1_gbtf is, but in
+    the small config (small.config, x86_64.config), which has kallsyms: then
+    the BTF link is the first kallsyms link, which the switch strips of the
+    objects' BTF instead of removing it.  About a third of the reference
+    kernel's objects."""
     from kbuild_tree import patched_build, quick_command
     tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf-kallsyms'), '6.1',
                          (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'),

@@ -126,11 +126,12 @@ class _Loader:
                 self.objects.setdefault(s.name, s)
         self.placements: dict[int, VarPlacement] = {}
         self.placed: set[str] = set()
-        self.enum_forwards = self._enum_forwards()
+        self.enum_forwards: set[int] = set()
 
     def load(self) -> Loaded:
         with gc_paused():
             keep = self._choose()
+            self.enum_forwards = self._enum_forwards(keep)
             order, new_id, index_type = self._number(self._order(keep))
             chosen = self._build(order, new_id, index_type)
             n_funcs = sum([t.kind is _FUNC for t in chosen])
@@ -186,25 +187,30 @@ class _Loader:
             out.append(t)
         return out
 
-    def _enum_forwards(self) -> set[int]:
+    def _enum_forwards(self, keep: list[bool]) -> set[int]:
         """The FWDs that are enums' declarations: by their header word
-        (CTF_K_STRUCT), or by their use: a function's return or parameter
-        type (past typedefs and modifiers), which in C may be a declared
-        enum but in the kernel's BTF never a FWD (which has no size)."""
-        heads, words, at = self.heads, self.words, self.at
-        out = {i for i in range(1, self.n)
-               if heads[i][0] is _FWD and heads[i][2] > CTF_K_STRUCT and not words[at[i] + 1] >> 31}
-        for i in range(1, self.n):
-            k, _, st, vlen, _ = heads[i]
-            if k is not _FUNC_PROTO:
-                continue
+        (CTF_K_STRUCT), or by their use: the return or a parameter type
+        (past typedefs and modifiers) of a function type that stays, which
+        in C may be a declared enum but in the kernel's BTF never a FWD
+        (which has no size)."""
+        heads, words, at, n = self.heads, self.words, self.at, self.n
+        out: set[int] = set()
+        protos: list[int] = []
+        for i, (k, _, st, _, _) in enumerate(heads):
+            if k is _FWD:
+                if st > CTF_K_STRUCT and not words[at[i] + 1] >> 31:
+                    out.add(i)
+            elif k is _FUNC_PROTO and keep[i]:
+                protos.append(i)
+        for i in protos:
+            _, _, st, vlen, _ = heads[i]
             w = at[i]
             for ref in (st, *words[w + 4:w + 3 + 2 * vlen:2]):
                 for _ in range(MAX_DEPTH):
-                    if not 0 < ref < self.n or heads[ref][0] not in _MODIFIERS:
+                    if not 0 < ref < n or heads[ref][0] not in _MODIFIERS:
                         break
                     ref = heads[ref][2]
-                if 0 < ref < self.n and heads[ref][0] is _FWD and not words[at[ref] + 1] >> 31:
+                if 0 < ref < n and heads[ref][0] is _FWD and not words[at[ref] + 1] >> 31:
                     out.add(ref)
         return out
 
