@@ -156,19 +156,14 @@ def source_tree(work: Path, integration: Path, version: str) -> Path:
     return src
 
 
-def configure(integration: Path, src: Path, build: Path, fragment: Path, args: list[str]) -> None:
-    """An empty, configured O= directory; the variant's make arguments go to
-    configure's makes too (Kconfig may read them)."""
+def configure(integration: Path, src: Path, build: Path, config: str, args: list[str]) -> None:
+    """An empty O= directory, configured with the configuration's fragments
+    in order; the variant's make arguments go to configure's makes too
+    (Kconfig may read them)."""
     shutil.rmtree(build, ignore_errors=True)
-    subprocess.run([str(integration / 'configure'), str(src), str(build), str(fragment), *args],
+    subprocess.run([str(integration / 'configure'), str(src), str(build),
+                    *map(str, CONFIGS[config]), *args],
                    check=True, env=clean_env(), stdout=subprocess.DEVNULL)
-
-
-def fragment_of(work: Path, config: str) -> Path:
-    """One config fragment holding the configuration's fragments in order."""
-    path = work / f'{config}.config'
-    path.write_text(''.join(f.read_text() for f in CONFIGS[config]))
-    return path
 
 
 def tree_mb(build: Path) -> float:
@@ -280,7 +275,6 @@ def run(opts, work: Path, records: Path) -> dict:
         warm_caches(opts, work, src, integration, variants, env, objbtf_cmd)
     for rnd in range(opts.rounds):
         for config in opts.config:
-            fragment = fragment_of(work, config)
             builds = {name: work / opts.source / config / str(i) for i, name in enumerate(names)}
             turns = {'full': 1, 'vmlinux': opts.rebuilds, 'module': opts.rebuilds}
             for step in STEPS:
@@ -288,7 +282,7 @@ def run(opts, work: Path, records: Path) -> dict:
                     turn = rnd * turns[step] + k
                     if step == 'full':
                         for name in names:
-                            configure(integration, src, builds[name], fragment, variants[name])
+                            configure(integration, src, builds[name], config, variants[name])
                     else:
                         os.utime(src / (opts.touch if step == 'vmlinux' else opts.touch_module))
                     for name in (names if turn % 2 == 0 else names[::-1]):
@@ -320,11 +314,10 @@ def warm_caches(opts, work: Path, src: Path, integration: Path, variants: dict[s
     """--ccache: one untimed full build of each variant and configuration,
     in its own directory, so that the measured ones find the caches warm."""
     for config in opts.config:
-        fragment = fragment_of(work, config)
         for i, (name, args) in enumerate(variants.items()):
             build = work / opts.source / config / str(i)
             print(f'{config} warming the caches: {name}', file=sys.stderr)
-            configure(integration, src, build, fragment, args)
+            configure(integration, src, build, config, args)
             timed_make(src, build, opts.jobs, args, env, objbtf_cmd,
                        work / 'logs' / f'{opts.source}-{config}-warm-{name}.log')
 
