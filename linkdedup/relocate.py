@@ -22,7 +22,7 @@ from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.types import Btf
 from objbtf.elf.addrtable import SECTION as ADDR_TABLE, address_slots
-from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE
+from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE, SHT_REL
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.relocs import arch_for
 from objbtf.errors import shown
@@ -67,7 +67,7 @@ def place_fields(elf: ElfFile, btf_section: Section, blobs: list[Blob], fields: 
     else:
         where, width, slots = table, 8, _table_slots(elf, table, blobs, fields, describe)
     if elf.e_type == ET_REL:
-        return _from_relocations(elf, where, slots, describe)
+        return _from_relocations(elf, where, width, slots, describe)
     return _from_addresses(elf, where, width, slots, describe)
 
 
@@ -122,15 +122,22 @@ def _from_addresses(elf: ElfFile, where: Section, width: int, fields: list[int],
     return out
 
 
-def _from_relocations(elf: ElfFile, where: Section, fields: list[int],
+def _from_relocations(elf: ElfFile, where: Section, width: int, fields: list[int],
                       describe: Callable[[int], str]) -> list[tuple[Section, int]]:
-    """From the relocations of the fields of ``where`` that ``ld -r`` left."""
+    """From the relocations of the ``width``-byte fields of ``where`` that
+    ``ld -r`` left.  A REL target's addend is the field's value: ``ld -r``
+    adds the input section's place to it where the relocation is against a
+    section symbol (a variable without a symbol of its own)."""
     rsec = elf.reloc_section_for(where.index)
     symbols = elf.symbols()
     by_field: dict[int, tuple[int, int]] = {}
     if rsec is not None:
         for off, sym, _type, addend in elf.relocations(rsec):
             by_field[off] = (sym, addend)
+        if rsec.type == SHT_REL:
+            data, byteorder = elf.section_view(where), elf.byteorder
+            by_field = {off: (sym, int.from_bytes(data[off:off + width], byteorder))
+                        for off, (sym, _) in by_field.items()}
     out = []
     for k, field in enumerate(fields):
         hit = by_field.get(field)

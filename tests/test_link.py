@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, need, objbtf, run
+from conftest import C_FIXTURES, FIXTURES, need, objbtf, run
 from libbpf_oracle import isomorphism_problem, libbpf_dedup
 from linkdedup.concat import split_blobs
 from linkdedup.pipeline import unmerged_table
@@ -15,6 +15,7 @@ from objbtf.btf import Kind, parse_btf
 from objbtf.btf.chunk import split_chunks
 from objbtf.btf.writer import encode_btf
 from objbtf.btf_file import read_btf_bytes
+from objbtf.elf.consts import STT_OBJECT, STT_SECTION
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features
 
@@ -139,6 +140,47 @@ def test_link_module_in_place_is_split_on_base(units, tmp_path):
     assert split.start_id == len(parse_btf(base.read_bytes())) + 1
     dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', module).stdout
     assert "FUNC 'd_find'" in dump
+
+
+def test_a_rel_module_places_a_variable_by_its_section_symbol(tmp_path):
+    """i386 (REL relocations): a variable without a symbol of its own is
+    relocated against its section's symbol, its offset the addend held in
+    the field, which ``ld -r`` moves with the section. The module's link
+    places it where the same module built with the symbol places it, and
+    where that symbol says it is."""
+    need('gcc')
+    ld = need('ld')
+    first = tmp_path / 'counter_a.o'
+    run('gcc', '-m32', '-O2', '-g', '-c', '-o', first, C_FIXTURES / 'counter_a.c')
+    with_symbol = tmp_path / 'ptr32.o'
+    run('gcc', '-m32', '-O2', '-g', '-c', '-o', with_symbol, C_FIXTURES / 'ptr32.c')
+    without = tmp_path / 'ptr32-nosym.o'
+    run(need('objcopy'), '--strip-symbol=percpu_sample', with_symbol, without)
+    objbtf('encode', first, with_symbol, without)
+    with ElfFile.open(str(without)) as elf:
+        symbols = elf.symbols()
+        targets = {(symbols[r[1]].type, symbols[r[1]].name or elf.sections[symbols[r[1]].shndx].name)
+                   for r in elf.relocations(elf.section_by_name('.rel.BTF'))}
+    assert targets == {(STT_SECTION, '.data..percpu'), (STT_OBJECT, 'percpu_list')}
+    base_obj = tmp_path / 'base.o'
+    run(ld, '-m', 'elf_i386', '-r', '-o', base_obj, first)
+    base = tmp_path / 'base.btf'
+    objbtf('link', '--output', base, base_obj)
+    placed = []
+    for obj in (with_symbol, without):
+        module = tmp_path / f'{obj.stem}.ko'
+        run(ld, '-m', 'elf_i386', '-r', '-o', module, first, obj)
+        objbtf('link', '--base', base, module)
+        assert objbtf('check', '--base', base, module).returncode == 0
+        split = parse_btf(read_btf_bytes(str(module)), parse_btf(base.read_bytes()))
+        [ds] = [t for _, t in split.own() if t.kind is Kind.DATASEC and t.name == '.data..percpu']
+        placed.append({split[v.type].name: v.offset for v in ds.items})
+        if obj == with_symbol:
+            with ElfFile.open(str(module)) as elf:
+                at = {s.name: s.value for s in elf.symbols() if s.name in placed[0]}
+    assert at['percpu_sample'] > 0                   # counter_a's section comes first
+    assert placed[0] == at
+    assert placed[1] == placed[0]
 
 
 def test_base_index_gives_the_same_split_btf_and_is_never_stale(units, tmp_path):
