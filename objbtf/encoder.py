@@ -115,7 +115,7 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     relocations and the chunk, with ``facts`` on the functions."""
     placements = _add_datasecs(btf, elf, entries)
     out = dedup(btf, consume=True)
-    _refuse_invalid(out, source, 4 if elf.elf_class == 32 else 8)
+    _refuse_invalid(out, source, elf.pointer_size)
     offsets: list[int] = []
     try:
         raw = encode_btf(out, offsets)
@@ -307,7 +307,7 @@ class _Placer:
             rsec = self.elf.reloc_section_for(sec.index) if sec is not None else None
             if sec is not None and rsec is not None:
                 # Only an address's relocations: what a variable's location holds.
-                width = 4 if self.elf.elf_class == 32 else 8
+                width = self.elf.pointer_size
                 address = {num for num, t in arch_for(self.elf).types.items()
                            if t.width == width}
                 m = {off: (sym, addend) for off, sym, rtype, addend in self.elf.relocations(rsec)

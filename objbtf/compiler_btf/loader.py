@@ -111,7 +111,7 @@ class _Loader:
         assert src.strings is not None      # parse_btf's tables have theirs
         self.names = src.strings
         self.f = features
-        self.pointer_size = 4 if elf.elf_class == 32 else 8
+        self.pointer_size = elf.pointer_size
         defined = [s for s in elf.symbols() if s.name and 0 < s.shndx < SHN_LORESERVE]
         self.keys, self.weak = function_keys(defined)
         self.chosen: set[str] = set()

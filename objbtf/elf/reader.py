@@ -182,6 +182,8 @@ class ElfFile:
             raise ElfError(f'bad ELF class {data[4]} or data encoding {data[5]}')
         self.layout = layout = LAYOUTS[bits, order]
         self.elf_class = bits
+        #: The target's ``sizeof(void *)`` (and ``long``'s), by its ELF class.
+        self.pointer_size = bits // 8
         self.byteorder: ByteOrder = order
         if len(data) < layout.ehdr.size:
             raise ElfError(f'truncated: {len(data)} bytes, the ELF header needs '
