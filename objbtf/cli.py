@@ -291,14 +291,8 @@ def command(start: bool) -> None:
     """Print the quickest command line that runs objbtf through the server,
     for OBJBTF=: the client in C (objbtf-client, built at install), else
     the interpreter without site (-S) on the bare Python client."""
-    import shlex
-    from .client import ROOT, prestart
-    from .native_client import program
-    if start:
-        prestart()
-    native = program()
-    click.echo(shlex.quote(str(native)) if native is not None
-               else shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))
+    from .native_client import print_command
+    print_command(start)
 
 
 @main.command()

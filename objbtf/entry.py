@@ -4,8 +4,9 @@
 (``client``), which runs them in a warm process; without one (or with
 OBJBTF_RESIDENT=0) they run here.  Here, their plain forms are read from the
 command-line table without click (``options.parse_fast``), since importing
-click costs about 40 ms; anything else (help, a mistake, the other commands)
-goes to the click CLI in ``objbtf.cli``, built from the same table.
+click costs about 40 ms, and so is ``server command``, which Kbuild runs once
+per make; anything else (help, a mistake, the other commands) goes to the
+click CLI in ``objbtf.cli``, built from the same table.
 """
 import sys
 
@@ -23,6 +24,11 @@ def main() -> None:
 
 def in_process(argv: list[str]) -> int:
     """Run the command line in this process; its exit status."""
+    if argv[:2] == ['server', 'command'] and set(argv[2:]) <= {'--start'}:
+        # Kbuild asks this once per make, on a rebuild's critical path.
+        from .native_client import print_command
+        print_command(start='--start' in argv)
+        return 0
     from .options import parse_fast
     parsed = parse_fast(argv)
     if parsed is None:

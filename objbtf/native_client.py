@@ -74,6 +74,20 @@ def program() -> Path | None:
     return None
 
 
+def print_command(start: bool) -> None:
+    """``objbtf server command [--start]``: print the quickest command line
+    that runs objbtf (this program, else the interpreter without site on the
+    bare Python client); with ``start``, first have this tree's server
+    started in the background."""
+    import shlex
+    from .client import ROOT, prestart
+    if start:
+        prestart()
+    native = program()
+    print(shlex.quote(str(native)) if native is not None
+          else shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))
+
+
 if __name__ == '__main__':
     try:
         print(build())

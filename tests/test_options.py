@@ -111,3 +111,21 @@ def test_fast_path_imports_no_click(tmp_path):
     r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
                        env={'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0', 'PATH': '/usr/bin:/bin'})
     assert r.stdout == 'False\n', r.stderr
+
+
+@pytest.mark.parametrize('argv', [['server', 'command'], ['server', 'command', '--start']])
+def test_server_command_imports_no_click_and_prints_what_click_does(tmp_path, argv):
+    """Kbuild asks ``objbtf server command`` once per make: its entry prints
+    what the click command prints, without importing click."""
+    env = {'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0', 'PATH': '/usr/bin:/bin'}
+    code = (f'import sys; sys.argv = ["objbtf", *{argv!r}]\n'
+            'from objbtf.entry import main\n'
+            'try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n'
+            'print("click" in sys.modules)')
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
+                       env=env)
+    printed, imported = r.stdout.splitlines()
+    assert imported == 'False', r.stderr
+    by_click = subprocess.run([sys.executable, '-c', 'from objbtf.cli import main; main()', *argv],
+                              cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert by_click.returncode == 0 and printed == by_click.stdout.strip() != ''
