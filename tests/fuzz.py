@@ -104,9 +104,20 @@ class Finding:
 COMPILES = (
     ('gcc', '-gdwarf-5'), ('gcc', '-gdwarf-4'), ('gcc', '-gz'), ('gcc', '-gz=zlib-gnu'),
     ('gcc', '-gbtf'),                           # GCC's own BTF beside DWARF
+    ('gcc', '-m32'),                            # i386: REL relocations, 4-byte pointers
     ('clang', '-gdwarf-5'), ('clang', '-gdwarf-4'),
     ('s390x-linux-gnu-gcc', '-gdwarf-5'),      # big-endian, when installed
 )
+
+#: Fixtures a compile cannot build: i386 has no __int128 (kinds.c).
+UNBUILDABLE = {'-m32': {'kinds.c'}}
+
+
+def _linker(compiler: str, flag: str) -> list[str]:
+    """The ld command line for the objects of one compile."""
+    if compiler == 's390x-linux-gnu-gcc':
+        return ['s390x-linux-gnu-ld']
+    return ['ld', '-m', 'elf_i386'] if flag == '-m32' else ['ld']
 
 
 def _run(*cmd: str | os.PathLike, cwd: Path | None = None) -> None:
@@ -122,6 +133,8 @@ def build_corpus(work: Path) -> list[Seed]:
             continue
         objs = []
         for src in sources:
+            if src.name in UNBUILDABLE.get(flag, ()):
+                continue
             obj = work / f'{src.stem}.{compiler}{flag}.o'
             _run(compiler, '-g', '-O2', '-c', flag, '-o', obj, src)
             seeds.append(Seed(obj.name, obj.read_bytes(), 'object'))
@@ -130,11 +143,11 @@ def build_corpus(work: Path) -> list[Seed]:
             _run(sys.executable, '-m', 'objbtf', 'encode', '-q', enc.name, cwd=work)
             seeds.append(Seed(enc.name, enc.read_bytes(), 'encoded'))
             objs.append(enc)
-        ld = 'ld' if compiler != 's390x-linux-gnu-gcc' else 's390x-linux-gnu-ld'
-        if shutil.which(ld) and len(objs) > 1:
+        ld = _linker(compiler, flag)
+        if shutil.which(ld[0]) and len(objs) > 1:
             linked = work / f'linked.{compiler}{flag}.o'
             # counter_a.c and counter_b.c define the same static, the point of them
-            _run(ld, '-r', '-o', linked, *objs)
+            _run(*ld, '-r', '-o', linked, *objs)
             seeds.append(Seed(linked.name, linked.read_bytes(), 'linked'))
             raw = work / f'raw.{compiler}{flag}.btf'
             _run(sys.executable, '-m', 'objbtf', 'link', '-q', '-o', raw, linked)
@@ -144,7 +157,7 @@ def build_corpus(work: Path) -> list[Seed]:
             seeds.append(Seed(base.name, base.read_bytes(), 'base'))
             # As the kernel's vmlinux link: relocations applied, addresses in .BTF.
             exe = work / f'exe.{compiler}{flag}'
-            _run(ld, '-o', exe, '-e', '0', '--unresolved-symbols=ignore-all', *objs)
+            _run(*ld, '-o', exe, '-e', '0', '--unresolved-symbols=ignore-all', *objs)
             seeds.append(Seed(exe.name, exe.read_bytes(), 'linked'))
     return seeds
 
@@ -344,18 +357,21 @@ def run_case(argv: list[str], cwd: Path, timeout: float = TIMEOUT) -> tuple[int 
     return code, b''.join(chunks).decode(errors='replace')
 
 
-def _valid(path: Path, base: Path | None = None) -> str | None:
+def _valid(path: Path, base: Path | None = None, source: Path | None = None) -> str | None:
     """None if the BTF written to ``path`` (split on ``base``'s, if given)
-    follows the kernel's rules, else why not."""
+    follows the kernel's rules, else why not.  Pointers have the size of
+    the target ``path``'s ELF class says, else ``source``'s (the input of a
+    link that wrote raw BTF), as ``objbtf check`` takes it."""
     from objbtf.btf.validate import validate_bytes
-    from objbtf.btf_file import load_btf_file, read_btf_bytes
+    from objbtf.btf_file import load_btf_file, pointer_size_of, read_btf_bytes
     try:
         raw = read_btf_bytes(str(path))
     except Exception as err:          # no .BTF written: nothing to check
         return None if 'no .BTF' in str(err) else f'unreadable output: {err}'
     if not raw:
         return None
-    problems = validate_bytes(raw, load_btf_file(str(base)) if base else None)
+    ptr_size = pointer_size_of(str(path)) or (pointer_size_of(str(source)) if source else 0)
+    problems = validate_bytes(raw, load_btf_file(str(base)) if base else None, ptr_size=ptr_size)
     if problems:
         return str(problems[0])
     return _bpftool_refuses(path, base)
@@ -427,10 +443,11 @@ def _command_line(command: str, target: str, out: str) -> list[str]:
 
 
 def judge(command: str, target: Path, out: Path, before: bytes,
-          code: int | None, stderr: str, trusted: bool = False) -> tuple[str, str] | None:
+          code: int | None, stderr: str, trusted: bool = False,
+          module: Path | None = None) -> tuple[str, str] | None:
     """(problem, detail) when the case broke a promise, else None.
     ``trusted``: the input's chunks were re-signed, which the link trusts:
-    its output is not judged."""
+    its output is not judged.  ``module``: what a ``base`` case linked."""
     if code is None:
         return 'hang', stderr[-500:]
     if code == TRACEBACK or 'Traceback' in stderr:
@@ -449,12 +466,12 @@ def judge(command: str, target: Path, out: Path, before: bytes,
         why = _valid(target)
         return ('wrote invalid BTF', why) if why else None
     if command == 'link':
-        why = _valid(out) if out.exists() else 'exit 0 without output'
+        why = _valid(out, source=target) if out.exists() else 'exit 0 without output'
         return ('wrote invalid BTF', why) if why and not (trusted and out.exists()) else None
     if command == 'base':
         if not out.exists():
             return 'exit 0 without output', ''
-        why = _valid(out, target) if _base_valid(target) else None
+        why = _valid(out, target, source=module) if _base_valid(target) else None
         return ('wrote invalid BTF', why) if why else None
     if target.read_bytes() != before:
         return 'modified input', ''
@@ -487,7 +504,8 @@ def fuzz(seeds: list[Seed], cases: int, seed: int, work: Path,
             argv = (base_case(rng, s, target, work) if command == 'base'
                     else _command_line(command, target.name, out.name))
             code, stderr = run_case(argv, work)
-            verdict = judge(command, target, out, data, code, stderr, trusted)
+            verdict = judge(command, target, out, data, code, stderr, trusted,
+                            work / argv[-1] if command == 'base' else None)
             if verdict is not None:
                 if save is not None:
                     (save / f'{command}-{case}-{s.name}').write_bytes(data)

@@ -30,7 +30,7 @@ def corpus(tmp_path_factory):
     kinds = {s.kind for s in seeds}
     assert kinds == {'object', 'encoded', 'linked', 'raw', 'base'}, kinds
     compilers = {s.name.split('.')[1] for s in seeds if s.kind == 'object'}
-    assert {'gcc-gdwarf-5', 'clang-gdwarf-5'} <= compilers, compilers
+    assert {'gcc-gdwarf-5', 'gcc-m32', 'clang-gdwarf-5'} <= compilers, compilers
     return work, seeds
 
 
