@@ -359,9 +359,9 @@ def run_case(argv: list[str], cwd: Path, timeout: float = TIMEOUT) -> tuple[int 
 
 def _valid(path: Path, base: Path | None = None, source: Path | None = None) -> str | None:
     """None if the BTF written to ``path`` (split on ``base``'s, if given)
-    follows the kernel's rules, else why not.  Pointers have the size of
-    the target ``path``'s ELF class says, else ``source``'s (the input of a
-    link that wrote raw BTF), as ``objbtf check`` takes it."""
+    follows the kernel's rules, else why not.  Pointers have the size that
+    ``path``'s ELF class gives, else ``source``'s (the input of a link that
+    wrote raw BTF), as ``objbtf check`` takes it."""
     from objbtf.btf.validate import validate_bytes
     from objbtf.btf_file import load_btf_file, pointer_size_of, read_btf_bytes
     try:

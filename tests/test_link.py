@@ -158,9 +158,8 @@ def test_a_rel_module_places_a_variable_by_its_section_symbol(tmp_path):
     run(need('objcopy'), '--strip-symbol=percpu_sample', with_symbol, without)
     objbtf('encode', first, with_symbol, without)
     with ElfFile.open(str(without)) as elf:
-        symbols = elf.symbols()
-        targets = {(symbols[r[1]].type, symbols[r[1]].name or elf.sections[symbols[r[1]].shndx].name)
-                   for r in elf.relocations(elf.section_by_name('.rel.BTF'))}
+        symbols = [elf.symbols()[r[1]] for r in elf.relocations(elf.section_by_name('.rel.BTF'))]
+        targets = {(s.type, s.name or elf.sections[s.shndx].name) for s in symbols}
     assert targets == {(STT_SECTION, '.data..percpu'), (STT_OBJECT, 'percpu_list')}
     base_obj = tmp_path / 'base.o'
     run(ld, '-m', 'elf_i386', '-r', '-o', base_obj, first)
