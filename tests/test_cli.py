@@ -69,6 +69,38 @@ def test_object_without_types_gets_a_notice_and_a_named_chunk(tmp_path):
     assert obj.read_bytes() == before
 
 
+def _uleb(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7f) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, pos
+
+
+def struct_name_form(abbrev: bytes) -> int:
+    """Where, in a .debug_abbrev, the first structure type's DW_AT_name
+    (0x03) gives its form."""
+    pos = 0
+    while True:
+        code, pos = _uleb(abbrev, pos)
+        assert code, 'no structure type with a name'
+        tag, pos = _uleb(abbrev, pos)
+        pos += 1                                    # DW_CHILDREN_*
+        while True:
+            attr, pos = _uleb(abbrev, pos)
+            form_at = pos
+            form, pos = _uleb(abbrev, pos)
+            if attr == form == 0:
+                break
+            if form == 0x21:                        # DW_FORM_implicit_const's value
+                pos = _uleb(abbrev, pos)[1]
+            if tag == 0x13 and attr == 0x03:
+                return form_at
+
+
 def corrupt_variants(good: bytes, tmp_path: Path) -> dict[str, bytes]:
     """Broken objects, each derived from a real one."""
     with ElfFile.open(str(tmp_path / 'good.o')) as elf:
@@ -94,6 +126,13 @@ def corrupt_variants(good: bytes, tmp_path: Path) -> dict[str, bytes]:
     # r_info of the first relocation: a symbol index far past the table.
     bad_rel[rela.offset + 8: rela.offset + 16] = (0x7fff0000 << 32 | 10).to_bytes(8, 'little')
     out['bad-relocation'] = bytes(bad_rel)
+    # A structure's name in a form of another class: DW_FORM_data4 for
+    # DW_FORM_strp, the same 4 bytes, so every DIE still decodes.
+    not_a_string = bytearray(good)
+    form_at = abbrev.offset + struct_name_form(good[abbrev.offset:abbrev.offset + abbrev.size])
+    assert not_a_string[form_at] == 0x0e                    # DW_FORM_strp
+    not_a_string[form_at] = 0x06
+    out['name-not-a-string'] = bytes(not_a_string)
     assert symtab is not None and abbrev is not None
     return out
 
@@ -109,6 +148,8 @@ def test_malformed_objects_fail_cleanly(tmp_path):
         assert len(lines) == 1 and str(path) in lines[0] and 'Traceback' not in r.stderr, (name, r.stderr)
         assert path.read_bytes() == data, name
         assert not [p for p in os.listdir(tmp_path) if p.startswith('.objbtf')], name
+        if name == 'name-not-a-string':
+            assert 'DW_AT_name' in lines[0] and 'form 0x6' in lines[0], lines[0]
 
 
 def test_help_teaches():

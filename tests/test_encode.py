@@ -9,7 +9,7 @@ import pytest
 from conftest import C_FIXTURES, compile_c, need, objbtf, run
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.kinds import INT_BOOL, INT_SIGNED
-from objbtf.btf_file import load_btf_file
+from objbtf.btf_file import load_btf_file, read_btf_bytes
 from objbtf.elf.reader import ElfFile
 from pahole_compare import differences, pahole_btf
 
@@ -208,6 +208,27 @@ def test_a_32_bit_object(tmp_path, debug):
     if debug == '-g':
         need('pahole')
         assert differences(section_btf(obj), pahole_btf(obj), obj) == []
+
+
+def test_an_emptied_i386_object_reads_without_its_symbols(tmp_path):
+    """An i386 object encoded, then stripped of its DWARF and encoded again,
+    keeps an empty .BTF and .rel.BTF: reading it applies no relocation, so
+    it reads no symbol, not even from a damaged table (one name's offset
+    past the string table)."""
+    need('gcc')
+    obj = tmp_path / 'ptr32.o'
+    run('gcc', '-m32', '-O2', '-g', '-c', '-o', obj, C_FIXTURES / 'ptr32.c')
+    objbtf('encode', obj)
+    run(need('objcopy'), '--strip-debug', obj)
+    objbtf('encode', '-q', obj)
+    with ElfFile.open(str(obj)) as elf:
+        assert elf.section_by_name('.BTF').size == 0 == elf.section_by_name('.rel.BTF').size
+        symtab = elf.symtab()
+        assert symtab is not None
+    data = bytearray(obj.read_bytes())
+    data[symtab.offset + 16:symtab.offset + 20] = (1 << 30).to_bytes(4, 'little')  # st_name of 1
+    obj.write_bytes(data)
+    assert read_btf_bytes(str(obj)) == b''
 
 
 def test_deterministic_and_idempotent(tmp_path):

@@ -131,6 +131,18 @@ def test_problem_names_type_kind_and_name():
                             "member 'val' offset 192 past the struct size 8")
 
 
+def test_a_problem_is_one_line_whatever_the_names_it_quotes():
+    """A member's name read from a damaged file may hold a newline: the
+    message quotes it escaped, as it does the type's own name."""
+    btf, ids = inputs.zoo()
+    node = btf.types[ids['node']]
+    node.items = (node.items[0]._replace(name='va\nl'), *node.items[1:])
+    problem = first_problem(btf)
+    assert problem is not None and problem.message.startswith("member 'va\nl'")
+    assert str(problem) == (f"type [{ids['node']}] STRUCT 'node': "
+                            "member 'va\\nl' name is not a valid identifier")
+
+
 def _ending_in_a_pointer(long_size: int | None) -> Btf:
     """A struct of two pointers in 8 bytes, as i386 lays it out, beside a
     ``long`` of ``long_size`` bytes (none if None)."""

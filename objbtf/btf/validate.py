@@ -71,9 +71,11 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
+        # The message may quote other names (a member's), as read.
         if self.type_id is None:
-            return f'BTF: {self.message}'
-        return f"type [{self.type_id}] {self.kind} '{shown(self.name) or '(anon)'}': {self.message}"
+            return f'BTF: {shown(self.message)}'
+        return (f"type [{self.type_id}] {self.kind} '{shown(self.name) or '(anon)'}': "
+                f'{shown(self.message)}')
 
 
 def validate(btf: Btf, linux_6_1: bool = False, ptr_size: int = 0) -> list[Problem]:

@@ -76,6 +76,17 @@ _STR_FORMS: Final = {_F_STRING, _F_STRP, _F_LINE_STRP, _F_STRX, _F_STRX1, _F_STR
 _REF_CU_FORMS: Final = {_F_REF1, _F_REF2, _F_REF4, _F_REF8, _F_REF_UDATA}
 _BLOCK_FORMS: Final = {_F_BLOCK, _F_BLOCK1, _F_BLOCK2, _F_BLOCK4, _F_EXPRLOC}
 _SIGNED_FORMS: Final = {_F_SDATA, _F_IMPLICIT_CONST}
+_REF_FORMS: Final = _REF_CU_FORMS | {_F_REF_ADDR, _F_REF_SIG8, _F_REF_SUP4, _F_REF_SUP8,
+                                     _F_GNU_REF_ALT}
+#: Attributes of one class of forms (DWARF 5, 7.5.5): a name is a string, a
+#: type a reference; another form means a damaged file (or strings this
+#: decoder does not read: dwz's DW_FORM_GNU_strp_alt).
+_FORMS_OF: Final = {
+    C.AT_name: ('DW_AT_name', 'a string', _STR_FORMS),
+    C.AT_type: ('DW_AT_type', 'a reference', _REF_FORMS),
+    C.AT_specification: ('DW_AT_specification', 'a reference', _REF_FORMS),
+    C.AT_abstract_origin: ('DW_AT_abstract_origin', 'a reference', _REF_FORMS),
+}
 
 #: Attributes the loader reads; all others are decoded only to be skipped.
 WANTED: Final = frozenset({
@@ -412,6 +423,10 @@ class _UnitDecoder:
         out = []
         fn: Callable[[Any], Any] | None
         for attr, i, form in ab.extract:
+            rule = _FORMS_OF.get(attr)
+            if rule is not None and form not in rule[2]:
+                raise DwarfError(f'{rule[0]} of a DIE of tag 0x{ab.tag:x} has form '
+                                 f'0x{form:x}, not {rule[1]} form objbtf reads')
             if form in _REF_CU_FORMS:
                 fn = self.cu_offset.__add__
             elif form == _F_STRP:
