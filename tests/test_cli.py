@@ -152,6 +152,27 @@ def test_malformed_objects_fail_cleanly(tmp_path):
             assert 'DW_AT_name' in lines[0] and 'form 0x6' in lines[0], lines[0]
 
 
+@pytest.mark.parametrize('debug', ['-g', '-gbtf'])
+def test_a_symbol_table_no_whole_entry_fits_fails_cleanly(tmp_path, debug):
+    """A symbol table whose size holds no whole entry (1 byte), from DWARF
+    and from GCC's BTF, which reads the symbols first."""
+    need('gcc')
+    obj = tmp_path / 'kinds.o'
+    run('gcc', '-O2', debug, '-c', '-o', obj, C_FIXTURES / 'kinds.c')
+    with ElfFile.open(str(obj)) as elf:
+        symtab = elf.symtab()
+        assert symtab is not None and elf.elf_class == 64
+        size_at = elf.e_shoff + symtab.index * 64 + 32     # Elf64_Shdr's sh_size
+    data = bytearray(obj.read_bytes())
+    data[size_at:size_at + 8] = (1).to_bytes(8, 'little')
+    obj.write_bytes(data)
+    r = objbtf('encode', obj, check=False)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and 'Traceback' not in r.stderr, r.stderr
+    assert str(obj) in lines[0] and 'symbol table .symtab' in lines[0], lines[0]
+    assert obj.read_bytes() == data
+
+
 def test_help_teaches():
     for cmd in ([], ['encode'], ['cc'], ['link']):
         r = objbtf(*cmd, '--help')

@@ -370,6 +370,7 @@ class ElfFile:
                       section: int | None = None) -> list[Symbol]:
         """The entries of ``symtab``; with ``stt``, only those of that type;
         with ``section``, only those defined in that section."""
+        self._symbol_count(symtab)          # a size that holds whole entries
         strtab = self._linked(symtab, 'string table')
         if strtab.type != SHT_STRTAB:
             raise ElfError(f'section {symtab.name}: its string table {strtab.name} has type '
