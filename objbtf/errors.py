@@ -12,6 +12,12 @@ else escaping is a bug in objbtf.
 class ObjbtfError(Exception):
     """An error objbtf reports on one line; the message says what is wrong."""
 
+    def __str__(self) -> str:
+        # Names read from a damaged file (a section's, a member's) may hold a
+        # newline or bytes that are not UTF-8: whatever a message quotes,
+        # it prints as one line of text.
+        return shown(super().__str__())
+
 
 def shown(text: str) -> str:
     """``text`` for a one-line message: as it is when printable, else with

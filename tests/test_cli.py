@@ -133,6 +133,13 @@ def corrupt_variants(good: bytes, tmp_path: Path) -> dict[str, bytes]:
     assert not_a_string[form_at] == 0x0e                    # DW_FORM_strp
     not_a_string[form_at] = 0x06
     out['name-not-a-string'] = bytes(not_a_string)
+    # An unsupported relocation in a section whose name holds a newline and
+    # a byte that is not UTF-8: the error quotes the name, on one line.
+    unprintable = bytearray(bad_rel)
+    name_pos = unprintable.index(b'.rela.debug_info\0')
+    unprintable[name_pos:name_pos + 5] = b'.r\n\xffa'    # '.debug_info' shares the tail
+    unprintable[rela.offset + 8:rela.offset + 16] = (1 << 32 | 0xfe).to_bytes(8, 'little')
+    out['unprintable-name'] = bytes(unprintable)
     assert symtab is not None and abbrev is not None
     return out
 
