@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import C_FIXTURES, compile_c, need, objbtf, run
+from objbtf.dwarf.reader import read_uleb
 from objbtf.elf.reader import ElfFile
 
 
@@ -69,34 +70,23 @@ def test_object_without_types_gets_a_notice_and_a_named_chunk(tmp_path):
     assert obj.read_bytes() == before
 
 
-def _uleb(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7f) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, pos
-
-
 def struct_name_form(abbrev: bytes) -> int:
     """Where, in a .debug_abbrev, the first structure type's DW_AT_name
     (0x03) gives its form."""
     pos = 0
     while True:
-        code, pos = _uleb(abbrev, pos)
+        code, pos = read_uleb(abbrev, pos)
         assert code, 'no structure type with a name'
-        tag, pos = _uleb(abbrev, pos)
+        tag, pos = read_uleb(abbrev, pos)
         pos += 1                                    # DW_CHILDREN_*
         while True:
-            attr, pos = _uleb(abbrev, pos)
+            attr, pos = read_uleb(abbrev, pos)
             form_at = pos
-            form, pos = _uleb(abbrev, pos)
+            form, pos = read_uleb(abbrev, pos)
             if attr == form == 0:
                 break
             if form == 0x21:                        # DW_FORM_implicit_const's value
-                pos = _uleb(abbrev, pos)[1]
+                pos = read_uleb(abbrev, pos)[1]
             if tag == 0x13 and attr == 0x03:
                 return form_at
 
