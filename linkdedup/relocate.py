@@ -22,7 +22,7 @@ from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.types import Btf
 from objbtf.elf.addrtable import SECTION as ADDR_TABLE, address_slots
-from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE, SHT_REL
+from objbtf.elf.consts import ET_REL, SHF_ALLOC, SHN_LORESERVE
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.relocs import arch_for
 from objbtf.errors import shown
@@ -125,19 +125,10 @@ def _from_addresses(elf: ElfFile, where: Section, width: int, fields: list[int],
 def _from_relocations(elf: ElfFile, where: Section, width: int, fields: list[int],
                       describe: Callable[[int], str]) -> list[tuple[Section, int]]:
     """From the relocations of the ``width``-byte fields of ``where`` that
-    ``ld -r`` left.  A REL target's addend is the field's value: ``ld -r``
-    adds the input section's place to it where the relocation is against a
-    section symbol (a variable without a symbol of its own)."""
-    rsec = elf.reloc_section_for(where.index)
+    ``ld -r`` left (on a REL target, with the addends the fields hold: a
+    variable without a symbol of its own is placed by its section's)."""
+    by_field = elf.relocations_by_field(where, width)
     symbols = elf.symbols()
-    by_field: dict[int, tuple[int, int]] = {}
-    if rsec is not None:
-        for off, sym, _type, addend in elf.relocations(rsec):
-            by_field[off] = (sym, addend)
-        if rsec.type == SHT_REL:
-            data, byteorder = elf.section_view(where), elf.byteorder
-            by_field = {off: (sym, int.from_bytes(data[off:off + width], byteorder))
-                        for off, (sym, _) in by_field.items()}
     out = []
     for k, field in enumerate(fields):
         hit = by_field.get(field)

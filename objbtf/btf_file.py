@@ -37,15 +37,13 @@ def _as_linked_alone(elf: ElfFile, sec: Section, raw: bytes) -> bytes:
     rsec = elf.reloc_section_for(sec.index)
     if elf.e_type != ET_REL or rsec is None or rsec.type != SHT_REL:
         return raw
-    relocations = elf.relocations(rsec)
-    if not relocations:             # no symbol to read: the object's may be damaged
+    by_field = elf.relocations_by_field(sec, 4)
+    if not by_field:                # no symbol to read: the object's may be damaged
         return raw
     symbols = elf.symbols()
     out = bytearray(raw)
-    for offset, symbol, _type, _addend in relocations:
-        if offset + 4 > len(out):
-            raise BtfError(f'a relocation of {rsec.name} is past the end of .BTF')
-        value = symbols[symbol].value + int.from_bytes(out[offset:offset + 4], elf.byteorder)
+    for offset, (symbol, addend) in by_field.items():
+        value = symbols[symbol].value + addend
         out[offset:offset + 4] = (value & 0xffff_ffff).to_bytes(4, elf.byteorder)
     return bytes(out)
 

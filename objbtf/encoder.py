@@ -20,7 +20,7 @@ from .dwarf import constants as C
 from .dwarf.loader import CuLoader
 from .dwarf.locations import NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, parameter_register
 from .dwarf.reader import CompileUnit, DebugSections, Die, Expr, read_uleb, read_units
-from .elf.consts import SHN_LORESERVE, SHT_REL
+from .elf.consts import SHN_LORESERVE
 from .elf.addrtable import SECTION as ADDR_TABLE, encode_table
 from .elf.reader import ElfFile, Symbol
 from .elf.relocs import apply_relocations, arch_for
@@ -302,20 +302,12 @@ class _Placer:
     def _reloc_map(self, section: str) -> dict[int, tuple[int, int]]:
         m = self._relocs.get(section)
         if m is None:
-            m = {}
             sec = self.elf.debug_section(section)
-            rsec = self.elf.reloc_section_for(sec.index) if sec is not None else None
-            if sec is not None and rsec is not None:
-                # Only an address's relocations: what a variable's location holds.
-                width = self.elf.pointer_size
-                address = {num for num, t in arch_for(self.elf).types.items()
-                           if t.width == width}
-                m = {off: (sym, addend) for off, sym, rtype, addend in self.elf.relocations(rsec)
-                     if rtype in address}
-                if rsec.type == SHT_REL:
-                    data = self.elf.section_data(sec)
-                    m = {off: (sym, int.from_bytes(data[off:off + width], self.elf.byteorder))
-                         for off, (sym, _) in m.items()}
+            # Only an address's relocations: what a variable's location holds.
+            width = self.elf.pointer_size
+            address = frozenset(num for num, t in arch_for(self.elf).types.items()
+                                if t.width == width)
+            m = self.elf.relocations_by_field(sec, width, address) if sec is not None else {}
             self._relocs[section] = m
         return m
 

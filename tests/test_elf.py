@@ -479,6 +479,59 @@ def test_relocation_offset_out_of_range(build):
         apply_relocations(bad, bad.section_by_name('.debug_info'))
 
 
+POINTERS_TO_STATICS = '''
+static int first[3], second;
+int *where_first = first, *where_second = &second;
+'''
+
+
+@pytest.mark.parametrize('variant', ['gcc-dwarf5', 'gcc-m32', 'clang-s390x'])
+def test_relocations_by_field_give_each_pointer_its_target(build, tmp_path, variant):
+    """The assembler relocates a pointer to a static against its section's
+    symbol with the static's offset as the addend: in the entry (RELA) or
+    in the field (REL, i386). Either way, symbol value plus addend must be
+    the static's own symbol's value, which the symbol table gives."""
+    source = tmp_path / 'pointers.c'
+    source.write_text(POINTERS_TO_STATICS)
+    obj = tmp_path / 'pointers.o'
+    run(*VARIANTS[variant], '-c', source, '-o', obj)
+    elf = load(obj)
+    symbols = elf.symbols()
+    by_name = {s.name: s for s in symbols if s.name}
+    data = elf.sections[by_name['where_first'].shndx]      # .data, or .data.rel.local (PIE)
+    width = elf.pointer_size
+    fields = elf.relocations_by_field(data, width)
+    assert sorted(fields) == sorted([by_name['where_first'].value, by_name['where_second'].value])
+    for field, target in ((by_name['where_first'].value, 'first'),
+                          (by_name['where_second'].value, 'second')):
+        symbol, addend = fields[field]
+        assert symbols[symbol].shndx == by_name[target].shndx
+        assert symbols[symbol].value + addend == by_name[target].value, (field, target)
+    assert any(addend for _symbol, addend in fields.values())   # not all placed at 0
+    kinds = {rtype for _o, _s, rtype, _a in elf.relocations(elf.reloc_section_for(data.index))}
+    assert elf.relocations_by_field(data, width, frozenset(kinds)) == fields
+    assert elf.relocations_by_field(data, width, frozenset()) == {}
+
+
+def test_a_rel_field_past_its_section_is_an_error(build, tmp_path):
+    source = tmp_path / 'pointers.c'
+    source.write_text(POINTERS_TO_STATICS)
+    obj = tmp_path / 'pointers.o'
+    run(*VARIANTS['gcc-m32'], '-c', source, '-o', obj)
+    elf = load(obj)
+    pointers = next(s for s in elf.symbols() if s.name == 'where_first').shndx
+    name = elf.sections[pointers].name
+    data = bytearray(obj.read_bytes())
+    shdr = elf.layout.shdr
+    where = elf.e_shoff + pointers * shdr.size
+    fields = list(shdr.unpack_from(data, where))
+    fields[5] = 6                   # sh_size: the field at 4 to 8 is cut
+    shdr.pack_into(data, where, *fields)
+    bad = ElfFile(bytes(data), 'bad.o')
+    with pytest.raises(ElfError, match=f'a relocation of .rel{name} is past the end of {name}$'):
+        bad.relocations_by_field(bad.sections[pointers], 4)
+
+
 def test_empty_file(tmp_path):
     path = tmp_path / 'empty.o'
     path.write_bytes(b'')

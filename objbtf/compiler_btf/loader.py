@@ -126,14 +126,13 @@ class _Loader:
                 self.objects.setdefault(s.name, s)
         self.placements: dict[int, VarPlacement] = {}
         self.placed: set[str] = set()
-        self.enum_forwards: set[int] = set()
 
     def load(self) -> Loaded:
         with gc_paused():
             keep = self._choose()
-            self.enum_forwards = self._enum_forwards(keep)
+            enum_forwards = self._enum_forwards(keep)
             order, new_id, index_type = self._number(self._order(keep))
-            chosen = self._build(order, new_id, index_type)
+            chosen = self._build(order, new_id, index_type, enum_forwards)
             n_funcs = sum([t.kind is _FUNC for t in chosen])
             out = Btf(types=[VOID, *chosen], byteorder=self.elf.byteorder)
         if index_type == out.next_id:
@@ -144,11 +143,13 @@ class _Loader:
         facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
         return Loaded(out, entries, n_funcs, len(self.placements), facts)
 
-    def _build(self, order: list[int], new_id: list[int], index_type: int) -> list[BtfType]:
+    def _build(self, order: list[int], new_id: list[int], index_type: int,
+               enum_forwards: set[int]) -> list[BtfType]:
         """The types of ``order`` in pahole's form, with their new ids: built
         from their heads and words where they stay as the compiler wrote
         them but for ids (entries made by C-level maps, not one by one),
-        parsed and renumbered where ``_amended`` changes more."""
+        parsed and renumbered where ``_amended`` changes more; the FWDs of
+        ``enum_forwards`` become enums without values."""
         heads, words, at, types = self.heads, self.words, self.at, self.types
         names, ids = self.names.__getitem__, new_id.__getitem__
         out = []
@@ -180,7 +181,7 @@ class _Loader:
                 elem, nelems = self._flat_array(st, cast(int, detail))
                 t = BtfType(k, '', 0, new_id[elem], 0, 0, 0, 0, index_type, nelems)
             elif k is _FWD:
-                t = declared_enum(name) if i in self.enum_forwards else BtfType(k, name, 0, 0, kflag)
+                t = declared_enum(name) if i in enum_forwards else BtfType(k, name, 0, 0, kflag)
             else:
                 t = self._amended(types[i])
                 t.remap(ids)

@@ -416,6 +416,27 @@ class ElfFile:
             rels = self._relocations[sec.index] = self._read_relocations(sec)
         return rels
 
+    def relocations_by_field(self, target: Section, width: int,
+                             types: frozenset[int] | None = None) -> dict[int, tuple[int, int]]:
+        """The relocations of ``target``'s ``width``-byte fields by the
+        field's offset, as (symbol index, addend); only those of ``types``
+        if given. A REL section's addend is the field's value (``ld -r``
+        adds the input section's place to it where the relocation is
+        against a section symbol); RELA's is the entry's."""
+        rsec = self.reloc_section_for(target.index)
+        if rsec is None:
+            return {}
+        rels = self.relocations(rsec)
+        if types is not None:
+            rels = [r for r in rels if r[2] in types]
+        if rsec.type != SHT_REL:
+            return {off: (sym, addend) for off, sym, _type, addend in rels}
+        data, byteorder = self.section_view(target), self.byteorder
+        if rels and max(r[0] for r in rels) + width > len(data):
+            raise ElfError(f'a relocation of {rsec.name} is past the end of {target.name}')
+        return {off: (sym, int.from_bytes(data[off:off + width], byteorder))
+                for off, sym, _type, _addend in rels}
+
     def _read_relocations(self, sec: Section) -> list[Relocation]:
         if sec.type not in (SHT_REL, SHT_RELA):
             raise ElfError(f'section {sec.name} is not a relocation section')
