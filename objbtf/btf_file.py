@@ -16,16 +16,24 @@ ELF_MAGIC = b'\x7fELF'
 
 def read_btf_bytes(path: str) -> bytes:
     """The raw BTF of ``path``: its .BTF section if it is ELF, else the file."""
+    return read_btf(path)[0]
+
+
+def read_btf(path: str) -> tuple[bytes, int]:
+    """The raw BTF of ``path`` and the pointer size of the target it was
+    built for: its .BTF section and its ELF class's 4 or 8 if it is ELF,
+    else the file and 0 (raw BTF does not record it; the check then takes
+    the size of its ``long``: ``validate.pointer_size``)."""
     fd, _ = open_regular(path)
     with os.fdopen(fd, 'rb') as f:
         head = f.read(4)
     if head != ELF_MAGIC:
-        return read_regular(path)
+        return read_regular(path), 0
     with ElfFile.open(path) as elf:
         sec = elf.section_by_name('.BTF')
         if sec is None:
             raise BtfError('no .BTF section')
-        return _as_linked_alone(elf, sec, elf.section_data(sec))
+        return _as_linked_alone(elf, sec, elf.section_data(sec)), elf.pointer_size
 
 
 def _as_linked_alone(elf: ElfFile, sec: Section, raw: bytes) -> bytes:
@@ -49,9 +57,8 @@ def _as_linked_alone(elf: ElfFile, sec: Section, raw: bytes) -> bytes:
 
 
 def pointer_size_of(path: str) -> int:
-    """The pointer size of the target ``path`` was built for, by its ELF
-    class: 4 or 8; 0 for raw BTF, which does not record it (the check then
-    takes the size of its ``long``: ``validate.pointer_size``)."""
+    """The pointer size ``read_btf`` gives, from the ELF header only: for a
+    file that need not have BTF (a link's input)."""
     fd, _ = open_regular(path)
     with os.fdopen(fd, 'rb') as f:
         head = f.read(5)

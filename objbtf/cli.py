@@ -126,8 +126,9 @@ def cc(command: tuple[str, ...], features: Features) -> None:
 
 
 def _read_or_exit(path: str, base_path: str | None):
-    """(raw bytes, base Btf or None) of ``path``, or exit 1 naming the file."""
-    from .btf_file import load_btf_file, read_btf_bytes
+    """(raw bytes, base Btf or None, pointer size: ``read_btf``) of
+    ``path``, or exit 1 naming the file."""
+    from .btf_file import load_btf_file, read_btf
     from .errors import ObjbtfError
     from .files import error_text
     try:
@@ -135,9 +136,10 @@ def _read_or_exit(path: str, base_path: str | None):
     except (OSError, ObjbtfError) as err:
         raise click.ClickException(f'{base_path}: {error_text(err)}') from None
     try:
-        return read_btf_bytes(path), base
+        raw, pointer_size = read_btf(path)
     except (OSError, ObjbtfError) as err:
         raise click.ClickException(f'{path}: {error_text(err)}') from None
+    return raw, base, pointer_size
 
 
 @main.command()
@@ -151,7 +153,7 @@ def dump(file: str, base_path: str | None) -> None:
     from .btf.dump import dump_btf
     from .btf.errors import BtfError
     from .btf.reader import parse_btf
-    raw, base = _read_or_exit(file, base_path)
+    raw, base, _pointer_size = _read_or_exit(file, base_path)
     try:
         btf = parse_btf(raw, base)
     except BtfError as err:
@@ -170,9 +172,8 @@ def check(file: str, base_path: str | None, kernel: bool) -> None:
     exit status is 1 when a rule is broken or the kernel rejects the BTF.
     """
     from .btf.validate import validate_bytes
-    from .btf_file import pointer_size_of
-    raw, base = _read_or_exit(file, base_path)
-    problems = validate_bytes(raw, base, ptr_size=pointer_size_of(file))
+    raw, base, pointer_size = _read_or_exit(file, base_path)
+    problems = validate_bytes(raw, base, ptr_size=pointer_size)
     if problems:
         click.echo(f'{file}: {problems[0]}' + (f' (and {len(problems) - 1} more)'
                                                 if len(problems) > 1 else ''))

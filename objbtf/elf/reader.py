@@ -427,10 +427,12 @@ class ElfFile:
         if rsec is None:
             return {}
         rels = self.relocations(rsec)
+        if rsec.type != SHT_REL:
+            if types is None:
+                return {off: (sym, addend) for off, sym, _type, addend in rels}
+            return {off: (sym, addend) for off, sym, rtype, addend in rels if rtype in types}
         if types is not None:
             rels = [r for r in rels if r[2] in types]
-        if rsec.type != SHT_REL:
-            return {off: (sym, addend) for off, sym, _type, addend in rels}
         data, byteorder = self.section_view(target), self.byteorder
         if rels and max(r[0] for r in rels) + width > len(data):
             raise ElfError(f'a relocation of {rsec.name} is past the end of {target.name}')
