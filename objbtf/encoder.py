@@ -74,7 +74,7 @@ def has_dwarf(elf: ElfFile) -> bool:
 def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
     """Encode the BTF of an object that has DWARF (see ``has_dwarf``);
     ``name`` is the object's path as the build gave it, for the link."""
-    secs = _debug_sections(elf)
+    secs = debug_sections(elf)
     units = read_units(secs)
     all_dies = _all_dies(units)
     symbols = elf.symbols()
@@ -152,7 +152,8 @@ def _refuse_invalid(btf: Btf, source: str, ptr_size: int) -> None:
         raise EncodeError(f'{source} gives BTF the kernel would reject: {problem}')
 
 
-def _debug_sections(elf: ElfFile) -> DebugSections:
+def debug_sections(elf: ElfFile) -> DebugSections:
+    """The DWARF sections the encoder decodes, relocated where their values need it."""
     def data(name: str, relocate: bool = False) -> bytes:
         return _section(elf, name, relocate)
 

@@ -58,12 +58,12 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
     assembly one ('asm functions')."""
     from objbtf.dwarf import constants as C
     from objbtf.dwarf.reader import read_units
-    from objbtf.encoder import _debug_sections, has_dwarf
+    from objbtf.encoder import debug_sections, has_dwarf
     facts = {k: Counter() for k in FACTS}
     with ElfFile.open(path) as elf:
         if not has_dwarf(elf):
             return facts
-        units = read_units(_debug_sections(elf))
+        units = read_units(debug_sections(elf))
     for cu in units:
         functions = ('asm functions' if cu.die.attrs.get(C.AT_language) == LANG_ASSEMBLER
                      else 'defined')

@@ -194,3 +194,21 @@ def test_the_resident_servers_cpu_is_counted_and_checked(tmp_path):
     assert server['problems'] == []           # stopped, reaped, its log line agrees
     assert server['cpu'] > 0 and got['cpu'] >= server['cpu']
     assert got['left'] == []
+
+
+@pytest.mark.parametrize('compiler, flags', [('gcc', ('-gdwarf-4',)), ('gcc', ('-gdwarf-5',)),
+                                             ('clang', ('-gdwarf-5',))])
+def test_the_c_decoding_floor_decodes_every_die(tmp_path, compiler, flags):
+    """decode_floor.c, the C side of bench/decode_floor.py, must walk every
+    DIE (readelf's count) and stop on nothing: a decoder that skipped some
+    would make the floor look lower than it is."""
+    from conftest import C_FIXTURES, compile_c
+    from decode_floor import build_decoder, c_turn, readelf_dies
+    exe = build_decoder(tmp_path)
+    objs = [compile_c(compiler, C_FIXTURES / name, tmp_path / f'{Path(name).stem}.o', *flags)
+            for name in ('kinds.c', 'scopes.c', 'tags.c')]
+    listing = tmp_path / 'objects'
+    listing.write_text(''.join(f'{o}\n' for o in objs))
+    got = c_turn(exe, listing)
+    assert got['objects'] == 3
+    assert got['dies'] == sum(readelf_dies(o) for o in objs) > 100
