@@ -17,6 +17,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from conftest import C_FIXTURES, ROOT, compile_c, need, objbtf, run
+from objbtf.elf.consts import SHF_COMPRESSED
 
 COMMANDS = ('encode', 'check', 'dump', 'link')
 
@@ -48,7 +49,7 @@ def patch(path: Path, offset: int, data: bytes) -> None:
 
 
 #: Offsets of fields in an ELF64 section header.
-SH_NAME, SH_TYPE, SH_SIZE, SH_ADDRALIGN = 0, 4, 32, 48
+SH_NAME, SH_TYPE, SH_FLAGS, SH_SIZE, SH_ADDRALIGN = 0, 4, 8, 32, 48
 
 
 def header_field(path: Path, section: str, field: int) -> int:
@@ -278,6 +279,18 @@ def test_a_string_table_of_another_type_is_refused(tmp_path, table):
     # (check and dump read no symbols)
     refused(obj, ('encode', 'check', 'dump') if table == '.shstrtab' else ('encode',),
             'type 0xff00, not SHT_STRTAB')
+
+
+def test_a_section_name_table_marked_compressed_is_refused(tmp_path):
+    """libelf reads no section name from a table marked SHF_COMPRESSED
+    (bpftool: "failed to get section(1) name"): objbtf read the names as
+    they are and wrote its BTF into such an object, which bpftool then
+    could not read (the fuzzer, encode case 8838 of seed 13)."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-g')
+    field = header_field(obj, '.shstrtab', SH_FLAGS)
+    flags = int.from_bytes(obj.read_bytes()[field:field + 8], 'little') | SHF_COMPRESSED
+    patch(obj, field, flags.to_bytes(8, 'little'))
+    refused(obj, ('encode', 'check', 'dump'), 'section name table', 'marked compressed')
 
 
 def test_a_name_with_a_control_character_is_escaped_in_the_one_line(tmp_path):

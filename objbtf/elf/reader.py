@@ -240,11 +240,15 @@ class ElfFile:
         if self._shstrndx >= len(rows):
             raise ElfError(f'bad e_shstrndx {self._shstrndx}, there are {len(rows)} sections')
         row = rows[self._shstrndx]
-        # libelf reads names only from a string table (elf_strptr), so
-        # libbpf and bpftool could not read an object with another.
+        # libelf reads names only from a string table (elf_strptr) that is
+        # not compressed, so libbpf and bpftool could not read an object
+        # with another.
         if row[1] != SHT_STRTAB:
             raise ElfError(f'the section name table (section {self._shstrndx}) has type '
                            f'0x{row[1]:x}, not SHT_STRTAB')
+        if row[2] & SHF_COMPRESSED:
+            raise ElfError(f'the section name table (section {self._shstrndx}) is marked '
+                           'compressed (SHF_COMPRESSED): libelf reads no names from it')
         table = self._raw(row[4], row[5])
         return lambda off: _cstr(table, off, 'section')
 
