@@ -458,15 +458,18 @@ def write_typeless_chunk(path: str, elf: ElfFile, name: str) -> None:
     chunk with its name and no types, and no .BTF (the kernel rejects BTF
     without types).  The link then knows the object lacks nothing.
 
-    An object objbtf encoded before (it has a chunk) that no longer has
-    types (recompiled without -g, stripped) keeps its .BTF section, emptied,
-    and its .rela.BTF (or address table) emptied too: the link would
-    otherwise take the old types and relocations.  Emptied, not removed: removing a section
-    renumbers the ones after it, which a tool such as strip may have put
-    after .BTF.  An empty .BTF adds nothing to what ld concatenates."""
+    An object with a .BTF keeps that section, emptied, and its .rela.BTF
+    (or address table) emptied too: objbtf's own from an earlier encode,
+    when the object no longer has types (recompiled without -g, stripped),
+    which the link would otherwise take with their relocations; or the
+    compiler's (GCC -gbtf), when none of its types stays (a unit that only
+    declares functions, for which GCC 12 writes BTF no tool reads), which
+    ld would put among the objects' BTF the link splits.  Emptied, not
+    removed: removing a section renumbers the ones after it, which a tool
+    such as strip may have put after .BTF.  An empty .BTF adds nothing to
+    what ld concatenates."""
     chunk = NewSection(CHUNK_SECTION, typeless_chunk(name, elf.byteorder), addralign=8)
-    stale = elf.section_by_name(CHUNK_SECTION) is not None and elf.section_by_name(BTF_SECTION)
-    if stale:
+    if elf.section_by_name(BTF_SECTION) is not None:
         emptied = [NewSection(BTF_SECTION, b'', addralign=4), chunk]
         if elf.section_by_name(ADDR_TABLE) is not None:
             emptied.append(NewSection(ADDR_TABLE, b'', addralign=8))

@@ -164,6 +164,29 @@ def test_deterministic_and_encoded_once(tmp_path):
     assert 'no DWARF types' in again.stderr and not section(obj)
 
 
+def test_a_unit_none_of_whose_compiler_btf_stays(tmp_path):
+    """GCC 12 writes a .BTF that bpftool refuses for a unit that only
+    declares a function, and none of it stays.  The encode left that .BTF
+    beside its typeless chunk, and a link of the object with another failed
+    on its bytes (as on a damaged GCC .BTF: the fuzzer, encode case 8051 of
+    seed 14); now the .BTF is emptied, and the link gives the other's BTF."""
+    declares = tmp_path / 'declares.c'
+    declares.write_text('void f(void);\n')
+    obj = tmp_path / 'declares.o'
+    run(need('gcc'), '-O2', '-c', '-gbtf', '-o', obj, declares)
+    assert section(obj)
+    r = objbtf('encode', obj)
+    assert 'no DWARF types' in r.stderr and section(obj) == b''
+    kinds = compile_with('kinds', tmp_path / 'kinds.o', '-gbtf')
+    objbtf('encode', kinds)
+    alone, both = tmp_path / 'alone.o', tmp_path / 'both.o'
+    run('ld', '-r', '-o', alone, kinds)
+    run('ld', '-r', '-o', both, obj, kinds)
+    for linked in (alone, both):
+        objbtf('link', linked)
+    assert section(both) == section(alone) != b''
+
+
 def test_with_dwarf_the_compiler_btf_first_then_dwarf(tmp_path):
     """-g -gbtf: the first encode reads GCC's BTF (the same .BTF as -gbtf
     alone); once encoded, the object is encoded again from its DWARF, as
