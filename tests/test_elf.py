@@ -479,10 +479,15 @@ def test_relocation_offset_out_of_range(build):
         apply_relocations(bad, bad.section_by_name('.debug_info'))
 
 
-POINTERS_TO_STATICS = '''
-static int first[3], second;
-int *where_first = first, *where_second = &second;
-'''
+def pointers_to_statics(tmp_path: Path, variant: str) -> Path:
+    """An object of ``variant`` with two pointers to statics, relocated
+    against the statics' section symbol."""
+    source = tmp_path / 'pointers.c'
+    source.write_text('static int first[3], second;\n'
+                      'int *where_first = first, *where_second = &second;\n')
+    obj = tmp_path / 'pointers.o'
+    run(*VARIANTS[variant], '-c', source, '-o', obj)
+    return obj
 
 
 @pytest.mark.parametrize('variant', ['gcc-dwarf5', 'gcc-m32', 'clang-s390x'])
@@ -491,11 +496,7 @@ def test_relocations_by_field_give_each_pointer_its_target(build, tmp_path, vari
     symbol with the static's offset as the addend: in the entry (RELA) or
     in the field (REL, i386). Either way, symbol value plus addend must be
     the static's own symbol's value, which the symbol table gives."""
-    source = tmp_path / 'pointers.c'
-    source.write_text(POINTERS_TO_STATICS)
-    obj = tmp_path / 'pointers.o'
-    run(*VARIANTS[variant], '-c', source, '-o', obj)
-    elf = load(obj)
+    elf = load(pointers_to_statics(tmp_path, variant))
     symbols = elf.symbols()
     by_name = {s.name: s for s in symbols if s.name}
     data = elf.sections[by_name['where_first'].shndx]      # .data, or .data.rel.local (PIE)
@@ -514,10 +515,7 @@ def test_relocations_by_field_give_each_pointer_its_target(build, tmp_path, vari
 
 
 def test_a_rel_field_past_its_section_is_an_error(build, tmp_path):
-    source = tmp_path / 'pointers.c'
-    source.write_text(POINTERS_TO_STATICS)
-    obj = tmp_path / 'pointers.o'
-    run(*VARIANTS['gcc-m32'], '-c', source, '-o', obj)
+    obj = pointers_to_statics(tmp_path, 'gcc-m32')
     elf = load(obj)
     pointers = next(s for s in elf.symbols() if s.name == 'where_first').shndx
     name = elf.sections[pointers].name
