@@ -3,11 +3,13 @@ resident server's client in C.
 
 Everything else is in pyproject.toml.  At build time the modules
 ``objbtf.COMPILED`` names become C extensions: about 1.5x less CPU per
-encoded object (bench/RESULTS.md).  With OBJBTF_MYPYC=0, without mypyc, or
-when mypyc or the C compiler fails, the installation is pure Python and
-works the same (README: "Compiled modules").  objbtf/objbtf-client is built
-from objbtf/client.c (objbtf/native_client.py); without a C compiler objbtf
-uses its Python client.
+encoded object (bench/RESULTS.md); with them, the C extensions
+``objbtf.C_EXTENSIONS`` names are built from their ``.c`` files.  With
+OBJBTF_MYPYC=0, without mypyc, or when mypyc or the C compiler fails, the
+installation is pure Python and works the same (README: "Compiled
+modules").  objbtf/objbtf-client is built from objbtf/client.c
+(objbtf/native_client.py); without a C compiler objbtf uses its Python
+client.
 """
 import os
 import re
@@ -15,14 +17,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-COMPILED = re.search(r'^COMPILED = \(([^)]*)\)', (HERE / 'objbtf' / '__init__.py').read_text(),
-                     re.M).group(1)
-MODULES = [f'{m.replace(".", "/")}.py' for m in re.findall(r"'([\w.]+)'", COMPILED)]
+INIT = (HERE / 'objbtf' / '__init__.py').read_text()
+
+
+def _names(constant: str) -> list[str]:
+    """The module names in the tuple ``constant`` of objbtf/__init__.py."""
+    return re.findall(r"'([\w.]+)'", re.search(rf'^{constant} = \(([^)]*)\)', INIT, re.M).group(1))
+
+
+MODULES = [f'{m.replace(".", "/")}.py' for m in _names('COMPILED')]
+C_EXTENSIONS = _names('C_EXTENSIONS')
 
 
 def _warn(message: str) -> None:
@@ -78,11 +87,13 @@ def ext_modules() -> list:
                           f'[mypy-{",".join(m[:-3].replace("/", ".") for m in MODULES)}]\n'
                           'ignore_errors = False\n')
         try:
-            return mypycify(['--config-file', str(config), *MODULES], opt_level='3',
-                            group_name='objbtf._native')
+            compiled = mypycify(['--config-file', str(config), *MODULES], opt_level='3',
+                                group_name='objbtf._native')
         except (Exception, SystemExit) as err:      # mypyc exits on type errors
             _warn(f'mypyc failed ({err})')
             return []
+    return compiled + [Extension(name, [f'{name.replace(".", "/")}.c'], extra_compile_args=['-O2'])
+                       for name in C_EXTENSIONS]
 
 
 setup(ext_modules=ext_modules(), cmdclass={'build_ext': BuildExt, 'build_py': BuildPy})

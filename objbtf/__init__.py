@@ -19,6 +19,9 @@ COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objb
             'objbtf.dwarf.locations', 'objbtf.dwarf.reader', 'objbtf.elf.reader',
             'objbtf.elf.relocs', 'objbtf.encoder', 'objbtf.functions', 'objbtf.rules',
             'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
+#: The C extensions built with them (setup.py), each from its ``.c``, and
+#: used only when they are (reader.py's DWARF decoder in C).
+C_EXTENSIONS = ('objbtf.dwarf._dies',)
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the
@@ -45,8 +48,9 @@ def _choose() -> str:
     if posix.environ.get(b'OBJBTF_PURE', b'0') != b'0':
         return 'pure Python (OBJBTF_PURE)'
     built = posix.stat(lib).st_mtime_ns
-    for module in COMPILED:
-        source = f'{_ROOT}/{module.replace(".", "/")}.py'
+    sources = [f'{_ROOT}/{m.replace(".", "/")}.py' for m in COMPILED] \
+        + [f'{_ROOT}/{m.replace(".", "/")}.c' for m in C_EXTENSIONS]
+    for source in sources:
         try:
             if posix.stat(source).st_mtime_ns > built + EDIT_SLACK_NS:
                 return f'pure Python ({source} is newer than the compiled modules)'

@@ -1,0 +1,8 @@
+"""objbtf.dwarf._dies (_dies.c): reader.read_units in C."""
+from typing import Any
+
+def init(die: type, unit: type, expr: type, type_tags: frozenset[int],
+         child_tags: frozenset[int], top_tags: frozenset[int], wanted: frozenset[int],
+         forms_of: dict[int, tuple[str, str, set[int]]], annotation_tag: int, /) -> None: ...
+def read_units(info: bytes, abbrev: bytes, str: bytes, line_str: bytes, str_offsets: bytes,
+               loclists: bytes, big_endian: bool, /) -> list[Any] | None: ...

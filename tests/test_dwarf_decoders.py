@@ -1,0 +1,149 @@
+"""The DWARF decoder in C (objbtf/dwarf/_dies.c) against reader.py's.
+
+The compiled build decodes .debug_info in C and must give the units that
+``decode_units``, the Python decoder, gives: the same DIEs kept, with the
+same attributes, values and value types, children and tables.  Where the C
+decoder gives up (damaged sections, forms it does not take) it returns None
+and ``read_units`` decodes in Python, with the Python decoder's error.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import C_FIXTURES, compile_c
+
+import objbtf
+from objbtf.btf.types import gc_paused
+from objbtf.dwarf import reader
+from objbtf.dwarf.reader import CompileUnit, DebugSections, Die, DwarfError, decode_units
+from objbtf.elf.reader import ElfFile
+from objbtf.encoder import debug_sections, has_dwarf
+
+#: Compiler and flags: both DWARF versions, both compilers' forms (clang's
+#: DWARF 5 indexes strings and location lists), 32-bit and big-endian.
+VARIANTS = {
+    'gcc-dwarf4': ('gcc', '-gdwarf-4'),
+    'gcc-dwarf5': ('gcc', '-gdwarf-5'),
+    'gcc-m32': ('gcc', '-m32', '-gdwarf-5'),
+    'gcc-s390x': ('s390x-linux-gnu-gcc', '-gdwarf-4'),
+    'gcc-aarch64': ('aarch64-linux-gnu-gcc', '-gdwarf-5'),
+    'clang-dwarf4': ('clang', '-gdwarf-4'),
+    'clang-dwarf5': ('clang', '-gdwarf-5'),
+    'clang-s390x': ('clang', '--target=s390x-linux-gnu', '-gdwarf-5'),
+}
+
+#: Enumerators at both ends of 64 bits: LEB128 values of ten bytes.
+EXTREMES = """
+enum wide { WIDE_MIN = -0x7fffffffffffffffLL - 1, WIDE_NEG = -1, WIDE_MAX = 0x7fffffffffffffffLL };
+enum uwide { UWIDE_MAX = 0xffffffffffffffffULL };
+struct bits { int a : 3; unsigned long long b : 61; } bits;
+enum wide wide;
+enum uwide uwide;
+"""
+
+
+@pytest.fixture(scope='module')
+def c_decoder():
+    """The C decoder, which the compiled build must have."""
+    if reader._C is None:
+        pytest.fail(f'objbtf runs {objbtf.implementation()}, without the C DWARF decoder: '
+                    'install it compiled (scripts/install.sh)')
+    return reader._C
+
+
+def c_units(c_decoder, secs: DebugSections) -> list[CompileUnit] | None:
+    return c_decoder.read_units(secs.info, secs.abbrev, secs.str, secs.line_str,
+                                secs.str_offsets, secs.loclists, secs.byteorder == 'big')
+
+
+def die_shape(die: Die) -> tuple:
+    # Types too: True == 1, but DW_FORM_flag_present gives True, DW_FORM_flag an int.
+    return (die.offset, die.tag, die.top,
+            tuple((attr, type(v).__name__, v) for attr, v in die.attrs.items()),
+            tuple(c.offset for c in die.children))
+
+
+def shape(units: list[CompileUnit]) -> list[tuple]:
+    return [(u.offset, u.version, u.address_size, die_shape(u.die),
+             [die_shape(d) for d in u.dies], list(u.by_offset),
+             all(u.by_offset[d.offset] is d for d in u.dies), u.addr_base, u.annotated)
+            for u in units]
+
+
+def sections_of(path: Path) -> DebugSections:
+    with ElfFile.open(str(path)) as elf:
+        return debug_sections(elf)
+
+
+def assert_same_units(c_decoder, path: Path) -> None:
+    secs = sections_of(path)
+    ours = c_units(c_decoder, secs)
+    assert ours is not None, f'{path}: the C decoder gave up'
+    assert shape(ours) == shape(decode_units(secs)), path
+
+
+#: Every source with every variant, but kinds.c's __int128 on i386.
+BUILDS = [(v, s) for v in VARIANTS for s in ('kinds.c', 'scopes.c', 'tags.c', 'extremes.c')
+          if (v, s) != ('gcc-m32', 'kinds.c')]
+
+
+@pytest.mark.parametrize('variant, source', BUILDS)
+def test_the_c_decoder_gives_the_python_decoders_units(c_decoder, tmp_path, variant, source):
+    compiler, *flags = VARIANTS[variant]
+    src = C_FIXTURES / source
+    if source == 'extremes.c':
+        src = tmp_path / source
+        src.write_text(EXTREMES)
+    assert_same_units(c_decoder, compile_c(compiler, src, tmp_path / 'out.o', *flags))
+
+
+def test_the_c_decoder_gives_every_kernel_objects_units(c_decoder, kernel_build):
+    """Every object of the reference kernel with DWARF (gcc, DWARF 5)."""
+    objects = 0
+    with gc_paused():               # as the encoder decodes: else collections take most of it
+        for path in sorted(kernel_build.rglob('*.o')):
+            with ElfFile.open(str(path)) as elf:
+                if not has_dwarf(elf):
+                    continue
+            assert_same_units(c_decoder, path)
+            objects += 1
+    assert objects > 800
+
+
+def outcome(fn, *args) -> tuple:
+    try:
+        return 'units', shape(fn(*args))
+    except DwarfError as err:
+        return 'error', str(err)
+
+
+@pytest.mark.parametrize('damage', ['info', 'abbrev', 'str', 'form'])
+def test_where_the_c_decoder_gives_up_python_decides(c_decoder, tmp_path, damage):
+    """Damaged sections: the C decoder returns None, and read_units gives
+    what the Python decoder gives, its error message included."""
+    secs = sections_of(compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'k.o', '-gdwarf-5'))
+    if damage == 'info':            # a unit cut short
+        secs.info = secs.info[:len(secs.info) // 2]
+    elif damage == 'abbrev':        # an abbreviation table cut short
+        secs.abbrev = secs.abbrev[:len(secs.abbrev) // 2]
+    elif damage == 'str':           # names past the end of .debug_str
+        secs.str = secs.str[:8]
+    else:                           # DW_FORM_indirect, which neither decodes
+        at = first_form(secs.abbrev)
+        secs.abbrev = secs.abbrev[:at] + bytes([0x16]) + secs.abbrev[at + 1:]
+    assert c_units(c_decoder, secs) is None
+    expected = outcome(decode_units, secs)
+    assert expected[0] == 'error'
+    assert outcome(reader.read_units, secs) == expected
+
+
+def first_form(abbrev: bytes) -> int:
+    """Where the form of the first attribute of the first abbreviation (the
+    unit DIE's) is: a one-byte ULEB128."""
+    _, pos = reader.read_uleb(abbrev, 0)        # its code
+    _, pos = reader.read_uleb(abbrev, pos)      # tag
+    _, pos = reader.read_uleb(abbrev, pos + 1)  # after the children flag, the attribute
+    assert abbrev[pos] < 0x80
+    return pos
