@@ -243,10 +243,13 @@ def test_module_links_through_the_server_use_the_in_process_base_index(tmp_path,
 
 
 def big_object(tmp_path: Path) -> Path:
-    """An object whose encoding takes a while: 3000 structs in one unit."""
+    """An object whose encoding takes a while: 12000 structs in one unit,
+    about half a second of encode, so that a poll of ``server status``
+    (about 0.1 s each) sees it at work; 3000 took 0.1 s, which a poll
+    could miss."""
     src = tmp_path / 'big.c'
     lines = ['struct s0 { int a; };']
-    for i in range(1, 3000):
+    for i in range(1, 12000):
         lines.append(f'struct s{i} {{ struct s{i - 1} *prev; long v{i}; char n[{i % 7 + 1}]; }};')
         lines.append(f'int f{i}(struct s{i} *p) {{ return p->n[0] + (int)p->v{i}; }}')
     src.write_text('\n'.join(lines) + '\n')
