@@ -210,8 +210,11 @@ static int read_uint(const struct section *s, Py_ssize_t pos, int size, int big,
 	return 0;
 }
 
-/* A ULEB128 that fits 64 bits (reader.read_uleb, which has no limit). */
-static int read_uleb(const struct section *s, Py_ssize_t *pos, uint64_t *out)
+/* A LEB128 that fits 64 bits, unsigned or (``sign``) signed, the latter
+ * sign-extended; reader.read_uleb has no limit, and a longer value makes the
+ * Python decoder take over.  A tenth byte holds bit 63 alone: 0 or 1 for an
+ * unsigned value, the sign repeated (0 or 0x7f) for a signed one. */
+static int read_leb(const struct section *s, Py_ssize_t *pos, int sign, uint64_t *out)
 {
 	uint64_t v = 0;
 
@@ -221,10 +224,12 @@ static int read_uleb(const struct section *s, Py_ssize_t *pos, uint64_t *out)
 		if (*pos >= s->n)
 			return -1;
 		b = s->p[(*pos)++];
-		if (shift == 63 && b > 1)
+		if (shift == 63 && (sign ? b != 0 && b != 0x7f : b > 1))
 			return -1;
 		v |= (uint64_t)(b & 0x7f) << shift;
 		if (b < 0x80) {
+			if (sign && b & 0x40 && shift < 57)
+				v |= ~(uint64_t)0 << (shift + 7);
 			*out = v;
 			return 0;
 		}
@@ -232,28 +237,14 @@ static int read_uleb(const struct section *s, Py_ssize_t *pos, uint64_t *out)
 	return -1;
 }
 
-/* An SLEB128 that fits 64 bits. */
+static int read_uleb(const struct section *s, Py_ssize_t *pos, uint64_t *out)
+{
+	return read_leb(s, pos, 0, out);
+}
+
 static int read_sleb(const struct section *s, Py_ssize_t *pos, int64_t *out)
 {
-	uint64_t v = 0;
-
-	for (int shift = 0; shift < 64; shift += 7) {
-		uint8_t b;
-
-		if (*pos >= s->n)
-			return -1;
-		b = s->p[(*pos)++];
-		if (shift == 63 && b != 0 && b != 0x7f)
-			return -1;
-		v |= (uint64_t)(b & 0x7f) << shift;
-		if (b < 0x80) {
-			if (b & 0x40 && shift < 57)
-				v |= ~(uint64_t)0 << (shift + 7);
-			*out = (int64_t)v;
-			return 0;
-		}
-	}
-	return -1;
+	return read_leb(s, pos, 1, (uint64_t *)out);
 }
 
 /* Past a LEB128 of any length, as reader._UnitDecoder.skip steps over one. */
