@@ -99,6 +99,31 @@ def machine_cpu() -> float:
     return (user + nice + system + irq + softirq) / TICK
 
 
+@dataclass(frozen=True)
+class CpuMark:
+    """The machine's busy CPU and this process tree's (``tree_cpu`` plus
+    this process's own) at one moment, for ``others_since``."""
+    machine: float
+    ours: float
+
+
+def cpu_mark() -> CpuMark:
+    return CpuMark(machine_cpu(), tree_cpu() + own_cpu())
+
+
+def others_since(mark: CpuMark) -> float:
+    """CPU seconds other processes than this one and its descendants kept
+    the machine busy since ``mark``: what makes a run untrustworthy
+    (trust.py)."""
+    now = cpu_mark()
+    return (now.machine - mark.machine) - (now.ours - mark.ours)
+
+
+def others_share(others: float, wall: float) -> float:
+    """``others`` CPU seconds as a share of the machine over ``wall`` seconds."""
+    return max(0.0, others) / (wall * len(os.sched_getaffinity(0)))
+
+
 def orphans() -> list[int]:
     """This process's children that it did not start itself: with no
     subprocess running, daemons of its descendants, reparented to it."""

@@ -187,7 +187,7 @@ def main() -> int:
     if set(parts) - set(PARTS):
         ap.error(f'--parts: of {",".join(PARTS)}')
     sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / 'tests')]
-    from accounting import machine_cpu, tree_cpu
+    from accounting import cpu_mark, others_share, others_since
     from encode_bench import reference_kernel
     from kernel_tree import objects
     from results import record
@@ -216,17 +216,16 @@ def main() -> int:
             for part in parts:
                 for side in order:
                     (work / side).mkdir(exist_ok=True)
-                    t0, c0, m0 = time.monotonic(), tree_cpu(), machine_cpu()
+                    t0, mark = time.monotonic(), cpu_mark()
                     out = run_worker(args, part, sides[side], work / side, build, trees[side])
-                    dt, dc = time.monotonic() - t0, tree_cpu() - c0
-                    wall += dt
-                    others += machine_cpu() - m0 - dc
+                    wall += time.monotonic() - t0
+                    others += others_since(mark)
                     for name, seconds in out['cpu'].items():
                         cpu[side].setdefault(name, []).append(seconds)
                     digests.setdefault(part, set()).add(out['digest'])
                     code[side].add(out['code'])
                 print(f'round {r + 1}: {part} done', file=sys.stderr)
-        others_share = others / (wall * len(os.sched_getaffinity(0)))
+        share = others_share(others, wall)
         count = len(objects(build)[::args.every])
     differ = [part for part, found in digests.items() if len(found) != 1]
     lines = [f'this: {describe(sides["this"])}; base: {describe(sides["base"])}',
@@ -239,10 +238,10 @@ def main() -> int:
         ratio = paired_ratio(cpu['base'][name], cpu['this'][name])
         lines.append(f'{name:22} {statistics.median(cpu["base"][name]):7.2f}s '
                      f'{statistics.median(cpu["this"][name]):7.2f}s  {ratio}')
-        found += [f'{name}: {d}' for d in doubts(ratio, others_share)]
+        found += [f'{name}: {d}' for d in doubts(ratio, share)]
     lines.append('bytes: ' + (f'DIFFERENT in {", ".join(differ)}' if differ else
                               f'the same in every run ({", ".join(parts)})'))
-    lines.append(f'others used {100 * others_share:.0f}% of the machine\'s CPU; load average '
+    lines.append(f'others used {100 * share:.0f}% of the machine\'s CPU; load average '
                  f'{os.getloadavg()[0]:.1f} at the end')
     lines += [f'doubt: {d}' for d in dict.fromkeys(found)]
     report = '\n'.join(lines)

@@ -74,7 +74,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from accounting import (become_subreaper, machine_cpu, own_cpu, server_supported,
+from accounting import (become_subreaper, cpu_mark, others_since, server_supported,
                         settle_servers, stop_servers, tree_cpu)
 from install import clean_env, installed_objbtf
 from projection import PHASES, Phase, build_wall
@@ -210,7 +210,7 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
     server_log = log.with_suffix('.server')
     server_log.unlink(missing_ok=True)
     env = dict(env, OBJBTF_SERVER_LOG=str(server_log))
-    cpu0, busy0, self0 = tree_cpu(), machine_cpu(), own_cpu()
+    cpu0, mark = tree_cpu(), cpu_mark()
     with open(log, 'w', buffering=1) as out, open(log.with_suffix('.err'), 'w') as err:
         timeline = Timeline(out)
         proc = subprocess.Popen(['make', '-C', str(src), f'O={build}', f'-j{jobs}', *args,
@@ -224,7 +224,7 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
         raise BuildFailed(f'make in {build} failed (exit {status}); see {log.with_suffix(".err")}')
     servers = settle_servers(objbtf_cmd, build, env, server_log)
     cpu = tree_cpu() - cpu0 - servers.stop_cpu
-    others = machine_cpu() - busy0 - cpu - servers.stop_cpu - (own_cpu() - self0)
+    others = others_since(mark)
     return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict()
 
 

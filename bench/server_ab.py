@@ -32,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
-from accounting import become_subreaper, machine_cpu, own_cpu, tree_cpu  # noqa: E402
+from accounting import become_subreaper, cpu_mark, others_share, others_since, tree_cpu  # noqa: E402
 from encode_bench import reference_kernel  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
@@ -99,7 +99,7 @@ def run_rounds(clients: dict[str, list[str]], sample: list[Path], tmp: Path,
         encode_cpu(clients[side], sample[0], work, env)
     cpu: dict[str, list[float]] = {side: [] for side in SIDES}
     load = os.getloadavg()[0]
-    start, machine_start, ours_start = time.time(), machine_cpu(), tree_cpu() + own_cpu()
+    start, mark = time.time(), cpu_mark()
     for r in range(rounds):
         sums = dict.fromkeys(SIDES, 0.0)
         for i, obj in enumerate(sample):
@@ -115,8 +115,7 @@ def run_rounds(clients: dict[str, list[str]], sample: list[Path], tmp: Path,
         print(f'round {r + 1}: ' + ', '.join(f'{s} {1000 * cpu[s][-1]:.2f} ms' for s in SIDES),
               file=sys.stderr)
     wall = time.time() - start
-    others = (machine_cpu() - machine_start) - (tree_cpu() + own_cpu() - ours_start)
-    share = max(0.0, others) / (wall * (os.cpu_count() or 1))
+    share = others_share(others_since(mark), wall)
     return cpu, (load, os.getloadavg()[0], share), wall
 
 
