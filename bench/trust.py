@@ -6,6 +6,11 @@ cancel.  The result is the median of those ratios; it is not to be
 trusted when:
 
 - there is a single turn: no spread to judge the difference by;
+- there are two turns: in turns (A B, then B A) the second variant's two
+  runs are next to each other, so a slow or quick spell of the machine
+  between them is a difference both turns agree on.  Twice a two-turn
+  kbuild run that this module called trustworthy was contradicted an hour
+  later (RESULTS.md, 2026-11-27 09:25 and 11:55);
 - the turns disagree by more than the difference measured: the range of
   the ratios is at least their median's distance from 1;
 - other processes kept more than OTHERS_LIMIT of the machine's CPUs busy
@@ -49,7 +54,10 @@ def doubts(ratio: Ratio, others_share: float) -> list[str]:
     found = []
     if ratio.turns < 2:
         found.append('one turn only: no spread to judge the difference by')
-    elif ratio.high - ratio.low >= abs(ratio.median - 1):
+    elif ratio.turns == 2:
+        found.append('two turns only: the second variant ran twice in a row (A B B A), '
+                     'so a spell of the machine there reads as a difference')
+    if ratio.turns >= 2 and ratio.high - ratio.low >= abs(ratio.median - 1):
         found.append(f'the turns disagree ({ratio.low:.2f} to {ratio.high:.2f}) by more than '
                      f'the difference measured ({ratio.median:.2f})')
     if others_share > OTHERS_LIMIT:
