@@ -9,8 +9,9 @@ trusted when:
 - there are two turns: in turns (A B, then B A) the second variant's two
   runs are next to each other, so a slow or quick spell of the machine
   between them is a difference both turns agree on.  Twice a two-turn
-  kbuild run that this module called trustworthy was contradicted an hour
-  later (RESULTS.md, 2026-11-27 09:25 and 11:55);
+  kbuild run that this module called trustworthy was contradicted by
+  builds of the same code within the hour (RESULTS.md, 2026-11-27 09:25
+  against 08:21, and 11:55);
 - the turns disagree by more than the difference measured: the range of
   the ratios is at least their median's distance from 1;
 - other processes kept more than OTHERS_LIMIT of the machine's CPUs busy
