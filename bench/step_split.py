@@ -43,11 +43,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
-from accounting import become_subreaper, tree_cpu  # noqa: E402
+from accounting import become_subreaper  # noqa: E402
 from encode_bench import compile_command, reference_kernel  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
 from results import record  # noqa: E402
+from server_ab import encode_cpu  # noqa: E402
 
 WAYS = ('elf', 'file', 'server')
 
@@ -123,34 +124,27 @@ def main() -> int:
                        check=True)
         work = tmp / 'o.o'
 
-        def server(source: Path) -> float:
-            shutil.copyfile(source, work)
-            before = tree_cpu()
-            subprocess.run([*client, 'encode', '-q', str(work)], env=env, check=True)
-            return tree_cpu() - before
-
         def measure(way: str, source: Path) -> float:
             if way == 'server':
-                return server(source)
+                return encode_cpu(client, source, work, env)[0]
+            if way == 'round trip':
+                return encode_cpu(client, bare, work, env)[0]
             if way == 'file':
                 shutil.copyfile(source, work)
                 return helper.cpu(way, work)
             return helper.cpu(way, source)
 
-        server(bare)                    # the server started and warm, untimed
+        measure('round trip', bare)     # the server started and warm, untimed
         cpu: dict[str, list[float]] = {f'{w} {s}': [] for w in (*WAYS, 'round trip')
                                        for s in ('cold', 'warm')}
-        sample = [o for o in objects(build)[::args.every]
-                  if compile_command(build, o, tmp / 'c.o') is not None]
-        for i, obj in enumerate(sample):
-            compile_ = compile_command(build, obj, tmp / 'c.o')
-            assert compile_ is not None
+        sample = [(o, command) for o in objects(build)[::args.every]
+                  if (command := compile_command(build, o, tmp / 'c.o')) is not None]
+        for i, (obj, command) in enumerate(sample):
             ways = WAYS[i % 3:] + WAYS[:i % 3]
             for way in (*ways, 'round trip'):
-                subprocess.run(compile_, cwd=build, check=True)
+                subprocess.run(command, cwd=build, check=True)
                 for state in ('cold', 'warm'):
-                    cpu[f'{way} {state}'].append(
-                        server(bare) if way == 'round trip' else measure(way, obj))
+                    cpu[f'{way} {state}'].append(measure(way, obj))
             if sys.stderr.isatty():
                 print(f'\r{i + 1}/{len(sample)} {obj.relative_to(build)}'[:78].ljust(78),
                       end='', file=sys.stderr)
