@@ -92,7 +92,8 @@ def ext_modules() -> list:
         except (Exception, SystemExit) as err:      # mypyc exits on type errors
             _warn(f'mypyc failed ({err})')
             return []
-    return compiled + [Extension(name, [f'{name.replace(".", "/")}.c'], extra_compile_args=['-O2'])
+    return compiled + [Extension(name, [f'{name.replace(".", "/")}.c'], extra_compile_args=['-O2'],
+                                 depends=['objbtf/blake2b.h'])
                        for name in C_EXTENSIONS]
 
 

@@ -52,7 +52,7 @@ from objbtf import native_lib
 from objbtf.btf import dedup as _dedup_module
 from objbtf.btf import hashing as _hashing_module
 from objbtf.btf.dedup import HeadGroups
-from objbtf.btf.hashing import HASH_SCHEME, named_aggregate, type_hashes
+from objbtf.btf.hashing import HASH_SCHEME, blob_hashes, named_aggregate
 from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.header import BtfHeader, order_char
 from objbtf.btf.reader import TypeParser, parse_btf
@@ -134,7 +134,7 @@ def build_index(raw: bytes, key: bytes) -> bytes:
     offsets: list[int] = []
     btf = parse_btf(raw, offsets=offsets)
     types = btf.types
-    hashes, flags = type_hashes(btf)
+    hashes, flags = blob_hashes(btf, raw)
     sections: dict[str, array] = {
         'kinds': array('B', [int(t.kind) for t in types]),
         'offsets': array('I', [0] + offsets),

@@ -18,7 +18,7 @@ from array import array
 
 from objbtf.btf.chunk import VERSION, Chunk
 from objbtf.btf.errors import BtfError
-from objbtf.btf.hashing import HASH_SCHEME, UNMERGEABLE, type_hashes
+from objbtf.btf.hashing import HASH_SCHEME, UNMERGEABLE, blob_hashes
 from objbtf.btf.kinds import Kind
 from objbtf.btf.reader import parse_btf
 from objbtf.btf.types import Btf
@@ -32,7 +32,8 @@ def hashed_chunk(blob: Blob, check: bool = True) -> Chunk:
     """The chunk ``objbtf encode`` would have written for ``blob``, but for
     its name, which nothing records; ``check``: see ``_parsed``."""
     offsets: list[int] = []
-    hashes, flags = type_hashes(_parsed(blob, offsets, check))
+    raw = bytes(blob.data)
+    hashes, flags = blob_hashes(_parsed(raw, offsets, check), raw)
     return _chunk(blob, array('Q', hashes[1:]), offsets, bytes(flags[1:]))
 
 
@@ -40,17 +41,17 @@ def unmerged_chunk(blob: Blob, check: bool = True) -> Chunk:
     """A chunk that keeps every type of ``blob`` as it is (no merging by
     hash): the plain concatenation that libbpf's dedup would be given."""
     offsets: list[int] = []
-    _parsed(blob, offsets, check)
+    _parsed(bytes(blob.data), offsets, check)
     count = len(offsets)
     return _chunk(blob, array('Q', bytes(8 * count)), offsets, bytes([UNMERGEABLE]) * count)
 
 
-def _parsed(blob: Blob, offsets: list[int], check: bool) -> Btf:
-    """``blob``'s types; with ``check``, BtfError unless they follow the
+def _parsed(raw: bytes, offsets: list[int], check: bool) -> Btf:
+    """The types of blob ``raw``; with ``check``, BtfError unless they follow the
     kernel's rules, as ``objbtf encode`` checked those of a blob it wrote
     (all but the DATASECs: ld wrote addresses into their offsets, and the
     link makes them anew and checks those)."""
-    btf = parse_btf(bytes(blob.data), offsets=offsets)
+    btf = parse_btf(raw, offsets=offsets)
     if check:
         problem = first_problem_among(btf, [i for i, t in btf.own()
                                             if t.kind is not Kind.DATASEC])

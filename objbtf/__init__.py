@@ -21,7 +21,7 @@ COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objb
             'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
 #: The C extensions built with them (setup.py), each from its ``.c``, and
 #: used only when they are (reader.py's DWARF decoder in C).
-C_EXTENSIONS = ('objbtf.dwarf._dies',)
+C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.dwarf._dies')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the
@@ -49,7 +49,7 @@ def _choose() -> str:
         return 'pure Python (OBJBTF_PURE)'
     built = posix.stat(lib).st_mtime_ns
     sources = [f'{_ROOT}/{m.replace(".", "/")}.py' for m in COMPILED] \
-        + [f'{_ROOT}/{m.replace(".", "/")}.c' for m in C_EXTENSIONS]
+        + [f'{_ROOT}/{m.replace(".", "/")}.c' for m in C_EXTENSIONS] + [f'{_HERE}/blake2b.h']
     for source in sources:
         try:
             if posix.stat(source).st_mtime_ns > built + EDIT_SLACK_NS:
@@ -65,6 +65,19 @@ _IMPLEMENTATION = _choose()
 def implementation() -> str:
     """'compiled (mypyc)', or 'pure Python (why)'."""
     return _IMPLEMENTATION
+
+
+def c_extension(name: str):
+    """The C extension ``name`` (of ``C_EXTENSIONS``) when the compiled
+    build runs and has it, else None: the pure-Python build runs the
+    Python code each of them repeats."""
+    if not _IMPLEMENTATION.startswith('compiled'):
+        return None
+    from importlib import import_module
+    try:
+        return import_module(name)
+    except ImportError:
+        return None
 
 
 class _SourcesOnly:

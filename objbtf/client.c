@@ -34,6 +34,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "blake2b.h"
+
 #if !defined(OBJBTF_PYTHON) || !defined(OBJBTF_PYTHON_VERSION) || !defined(OBJBTF_PROTOCOL)
 #error "build with objbtf/native_client.py"
 #endif
@@ -71,111 +73,14 @@ static void python(int in_process)
 	exit(127);
 }
 
-/* ---- BLAKE2b (RFC 7693), 8-byte digests as client.py's _blake2 ------- */
-
-struct blake2b {
-	uint64_t h[8], t;
-	uint8_t block[128];
-	size_t fill;
-};
-
-static const uint64_t IV[8] = {
-	0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL,
-	0xa54ff53a5f1d36f1ULL, 0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL,
-	0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
-};
-
-/* The message schedule of rounds 0 to 9; rounds 10 and 11 repeat 0 and 1. */
-static const uint8_t SIGMA[10][16] = {
-	{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-	{14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-	{11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
-	{7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
-	{9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
-	{2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
-	{12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
-	{13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
-	{6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
-	{10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-};
-
-static uint64_t rotr(uint64_t x, int n) { return x >> n | x << (64 - n); }
-
-#define G(a, b, c, d, x, y) do {                                            \
-	v[a] += v[b] + (x); v[d] = rotr(v[d] ^ v[a], 32);                   \
-	v[c] += v[d];       v[b] = rotr(v[b] ^ v[c], 24);                   \
-	v[a] += v[b] + (y); v[d] = rotr(v[d] ^ v[a], 16);                   \
-	v[c] += v[d];       v[b] = rotr(v[b] ^ v[c], 63);                   \
-} while (0)
-
-static void compress(struct blake2b *s, int last)
-{
-	uint64_t m[16], v[16];
-	int i;
-
-	for (i = 0; i < 16; i++) {
-		m[i] = 0;
-		for (int j = 7; j >= 0; j--)
-			m[i] = m[i] << 8 | s->block[8 * i + j];
-	}
-	for (i = 0; i < 8; i++) {
-		v[i] = s->h[i];
-		v[i + 8] = IV[i];
-	}
-	v[12] ^= s->t;          /* the high word of the 128-bit counter stays 0 */
-	if (last)
-		v[14] = ~v[14];
-	for (i = 0; i < 12; i++) {
-		const uint8_t *z = SIGMA[i % 10];
-		G(0, 4, 8, 12, m[z[0]], m[z[1]]);
-		G(1, 5, 9, 13, m[z[2]], m[z[3]]);
-		G(2, 6, 10, 14, m[z[4]], m[z[5]]);
-		G(3, 7, 11, 15, m[z[6]], m[z[7]]);
-		G(0, 5, 10, 15, m[z[8]], m[z[9]]);
-		G(1, 6, 11, 12, m[z[10]], m[z[11]]);
-		G(2, 7, 8, 13, m[z[12]], m[z[13]]);
-		G(3, 4, 9, 14, m[z[14]], m[z[15]]);
-	}
-	for (i = 0; i < 8; i++)
-		s->h[i] ^= v[i] ^ v[i + 8];
-}
-
-static void b2_init(struct blake2b *s)
-{
-	memcpy(s->h, IV, sizeof(IV));
-	s->h[0] ^= 0x01010000 ^ 8;     /* no key, 8-byte digest */
-	s->t = 0;
-	s->fill = 0;
-}
-
-static void b2_update(struct blake2b *s, const void *data, size_t len)
-{
-	const uint8_t *p = data;
-
-	while (len) {
-		if (s->fill == sizeof(s->block)) {     /* full, and more follows */
-			s->t += sizeof(s->block);
-			compress(s, 0);
-			s->fill = 0;
-		}
-		size_t n = sizeof(s->block) - s->fill;
-		if (n > len)
-			n = len;
-		memcpy(s->block + s->fill, p, n);
-		s->fill += n;
-		p += n;
-		len -= n;
-	}
-}
+/* ---- BLAKE2b: blake2b.h, 8-byte digests as client.py's ---------------- */
 
 /* The digest as 16 hex digits, as hexdigest() writes it. */
 static void b2_hex(struct blake2b *s, char out[17])
 {
-	s->t += s->fill;
-	memset(s->block + s->fill, 0, sizeof(s->block) - s->fill);
-	compress(s, 1);
+	uint64_t digest = b2_final(s);
 	for (int i = 0; i < 8; i++)
-		sprintf(out + 2 * i, "%02x", (unsigned)(s->h[i / 8] >> (8 * (i % 8))) & 0xff);
+		sprintf(out + 2 * i, "%02x", (unsigned)(digest >> (8 * i)) & 0xff);
 }
 
 /* ---- where the server listens: client.runtime_dir and socket_path ---- */

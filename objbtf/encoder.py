@@ -10,7 +10,7 @@ import struct
 from typing import NamedTuple
 
 from .btf.dedup import dedup
-from .btf.hashing import type_hashes
+from .btf.hashing import blob_hashes
 from .btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
 from .btf.kinds import BTF_HEADER_LEN, KINDS, Kind
 from .btf.validate import first_problem
@@ -119,7 +119,7 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     offsets: list[int] = []
     try:
         raw = encode_btf(out, offsets)
-        hashes, flags = type_hashes(out)
+        hashes, flags = blob_hashes(out, raw)
         chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
     except UnicodeEncodeError as err:
         # Names are read as UTF-8, other bytes kept as surrogates: one

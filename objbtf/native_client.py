@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 #: ``build`` needs (subprocess, tempfile, pathlib: about 9 ms) when it runs.
 HERE = os.path.dirname(os.path.realpath(__file__))
 SOURCE = os.path.join(HERE, 'client.c')
+#: client.c and the header of objbtf's own that it includes.
+SOURCES = (SOURCE, os.path.join(HERE, 'blake2b.h'))
 NAME = 'objbtf-client'
 
 
@@ -62,14 +64,14 @@ def build(dest: Path | None = None, cc: str | None = None) -> Path:
 
 def program() -> str | None:
     """The C client beside this module, if it is usable here: built from the
-    client.c beside it (not older; a wheel has no client.c), for this machine (the interpreter's ELF
+    client.c beside it (not older than it or its header; a wheel has neither), for this machine (the interpreter's ELF
     class, byte order and machine) and this interpreter (whose path and
     version it holds)."""
     path = os.path.join(HERE, NAME)
     try:
-        if not os.access(path, os.X_OK) or (os.path.exists(SOURCE)
-                                             and os.stat(path).st_mtime_ns
-                                             < os.stat(SOURCE).st_mtime_ns):
+        if not os.access(path, os.X_OK) or any(
+                os.path.exists(source) and os.stat(path).st_mtime_ns < os.stat(source).st_mtime_ns
+                for source in SOURCES):
             return None
         with open(path, 'rb') as f:
             data = f.read()

@@ -18,12 +18,12 @@ _TOP = Path(__file__).resolve().parent.parent
 
 @functools.cache
 def source_digest(*packages: str) -> bytes:
-    """16 bytes over every ``*.py`` and ``*.c`` of ``packages`` (top-level
+    """16 bytes over every ``*.py``, ``*.c`` and ``*.h`` of ``packages`` (top-level
     package names), by path and contents; computed once per process."""
     h = blake2b(digest_size=16)
     for package in packages:
         root = _TOP / package
-        for src in sorted([*root.rglob('*.py'), *root.rglob('*.c')]):
+        for src in sorted([*root.rglob('*.py'), *root.rglob('*.c'), *root.rglob('*.h')]):
             h.update(str(src.relative_to(_TOP)).encode(errors='surrogateescape') + b'\0')
             h.update(src.read_bytes())
     return h.digest()

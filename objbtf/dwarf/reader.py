@@ -648,12 +648,9 @@ def _unit_bases(dec: _UnitDecoder, ab: _Abbrev, vals: list) -> None:
 def _c_decoder() -> Any:
     """objbtf.dwarf._dies, told what this decoder keeps, when the compiled
     build runs and has it; else None."""
-    from .. import implementation
-    if not implementation().startswith('compiled'):
-        return None
-    try:
-        from . import _dies
-    except ImportError:
+    from .. import c_extension
+    _dies = c_extension('objbtf.dwarf._dies')
+    if _dies is None:
         return None
     _dies.init(Die, CompileUnit, Expr, TYPE_TAGS, CHILD_TAGS, TOP_TAGS, WANTED, _FORMS_OF,
                C.TAG_LLVM_annotation)

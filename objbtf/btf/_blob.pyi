@@ -1,0 +1,3 @@
+"""objbtf.btf._blob (_blob.c): hashing.type_hashes of a written blob, in C."""
+
+def hashes(blob: bytes, big_endian: bool, /) -> tuple[list[int], bytearray] | None: ...
