@@ -13,7 +13,7 @@ from .btf.dedup import dedup
 from .btf.hashing import blob_hashes
 from .btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
 from .btf.kinds import BTF_HEADER_LEN, KINDS, Kind
-from .btf.validate import first_problem
+from .btf.validate import Problem, first_problem, first_problem_of_blob
 from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf
 from .dwarf import constants as C
@@ -115,10 +115,9 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     relocations and the chunk, with ``facts`` on the functions."""
     placements = _add_datasecs(btf, elf, entries)
     out = dedup(btf, consume=True)
-    _refuse_invalid(out, source, elf.pointer_size)
     offsets: list[int] = []
     try:
-        raw = encode_btf(out, offsets)
+        raw = _checked_blob(out, offsets, source, elf.pointer_size)
         hashes, flags = blob_hashes(out, raw)
         chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
     except UnicodeEncodeError as err:
@@ -138,16 +137,29 @@ def _section(elf: ElfFile, name: str, relocate: bool = False) -> bytes:
     return apply_relocations(elf, sec) if relocate else elf.section_data(sec)
 
 
-def _refuse_invalid(btf: Btf, source: str, ptr_size: int) -> None:
-    """EncodeError if ``btf``, made from ``source`` for a target of
-    ``ptr_size``-byte pointers, breaks a rule of the kernel's (``objbtf check``).
+def _checked_blob(btf: Btf, offsets: list[int], source: str, ptr_size: int) -> bytes:
+    """The blob of ``btf`` (each type's offset into ``offsets``), made from
+    ``source`` for a target of ``ptr_size``-byte pointers; EncodeError if
+    it breaks a rule of the kernel's (``objbtf check``).
 
     A compiler's DWARF always gives valid BTF (tests/test_kernel_objects.py
     checks every object of the reference kernel); corrupt DWARF (a name
     from a damaged .debug_str, a member past its struct, a typedef loop)
     would not, and a kernel that finds such BTF at boot has no BTF at all.
-    So nothing is written that the kernel would refuse."""
-    problem = first_problem(btf, ptr_size=ptr_size)
+    So nothing is written that the kernel would refuse.  The blob is
+    checked (in C where it can be) rather than the model before it; a
+    model the writer cannot write is checked first, whose rules say why."""
+    try:
+        raw = encode_btf(btf, offsets)
+    except Exception:
+        _refuse_invalid(first_problem(btf, ptr_size=ptr_size), source)
+        raise
+    _refuse_invalid(first_problem_of_blob(btf, raw, ptr_size), source)
+    return raw
+
+
+def _refuse_invalid(problem: Problem | None, source: str) -> None:
+    """EncodeError for ``problem`` in the BTF made from ``source``, if any."""
     if problem is not None:
         raise EncodeError(f'{source} gives BTF the kernel would reject: {problem}')
 

@@ -1,16 +1,22 @@
 /*
- * objbtf.btf._blob: hashing.py's type hashes in C, read from a written
- * .BTF blob instead of the model, for the compiled build.
+ * objbtf.btf._blob: two passes of the per-object step in C, over the .BTF
+ * blob the writer made, for the compiled build.
  *
- * The encoder writes an object's BTF and then hashes its types; in Python
- * the hashing was an eighth of the per-object step (bench/RESULTS.md), all
- * of it formatting strings and calling blake2b type by type.  Here the same
- * strings are made from the blob's words and hashed with BLAKE2b (RFC 7693)
- * in one call.  hashes() gives what hashing.type_hashes gives for the model
- * the blob was written from, or None for anything it does not expect (a
- * kind past ENUM64, a name or reference outside its section, split BTF, a
- * reference chain too deep for the C stack): hashing.py then hashes the
- * model itself.  So the C code never explains a problem, it only stops.
+ * - hashes(): hashing.type_hashes of the model the blob was written from
+ *   (or read into).  The same strings hashing.py formats, made from the
+ *   blob's words, hashed with BLAKE2b in one call.
+ * - accepts(): whether validate.first_problem finds nothing in that model
+ *   (base BTF, the rules of kernels after 6.1).  The same checks in the same
+ *   order, the kernel's walk of references included.
+ *
+ * Each was an eighth of an object's encode in Python (bench/RESULTS.md),
+ * bound by the objects they read.  Neither explains anything: on what it
+ * does not expect (a kind past ENUM64, a name or a type outside its
+ * section, a name that is not ASCII, a reference chain too deep for the C
+ * stack) hashes() returns None and accepts() False, and the Python code
+ * decides on the model, with its own messages.  So accepts() may refuse
+ * what the kernel would take, never the other way round
+ * (tests/test_blob_passes.py checks both against the Python code).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,22 +25,15 @@
 
 #include "../blake2b.h"
 
-/* blake2b(data, digest_size=8), as int.from_bytes(digest, 'little'). */
-static uint64_t blake2b_8(const uint8_t *data, size_t len)
-{
-	struct blake2b s;
-	b2_init(&s);
-	b2_update(&s, data, len);
-	return b2_final(&s);
-}
-
-/* ---- the blob ---- */
+/* ==== the blob ==== */
 
 enum {
 	K_UNKN, K_INT, K_PTR, K_ARRAY, K_STRUCT, K_UNION, K_ENUM, K_FWD, K_TYPEDEF, K_VOLATILE,
 	K_CONST, K_RESTRICT, K_FUNC, K_FUNC_PROTO, K_VAR, K_DATASEC, K_FLOAT, K_DECL_TAG,
 	K_TYPE_TAG, K_ENUM64, K_LAST = K_ENUM64,
 };
+
+#define BIT(k) (1u << (k))
 
 /* Words after struct btf_type: fixed ones, and per entry (kinds.py's layouts). */
 static const int fixed_words[K_LAST + 1] = {
@@ -44,34 +43,31 @@ static const int entry_words[K_LAST + 1] = {
 	[K_STRUCT] = 3, [K_UNION] = 3, [K_ENUM] = 2, [K_FUNC_PROTO] = 2, [K_DATASEC] = 3,
 	[K_ENUM64] = 3,
 };
-/* Kinds whose size-or-type word is a size (the model's ``size``). */
-static const int sized[K_LAST + 1] = {
-	[K_INT] = 1, [K_STRUCT] = 1, [K_UNION] = 1, [K_ENUM] = 1, [K_DATASEC] = 1, [K_FLOAT] = 1,
-	[K_ENUM64] = 1,
-};
-/* Kinds that refer to one type, through the size-or-type word (KINDS.one_ref). */
-static const int one_ref[K_LAST + 1] = {
-	[K_PTR] = 1, [K_TYPEDEF] = 1, [K_VOLATILE] = 1, [K_CONST] = 1, [K_RESTRICT] = 1,
-	[K_FUNC] = 1, [K_VAR] = 1, [K_DECL_TAG] = 1, [K_TYPE_TAG] = 1,
-};
 
-#define UNMERGEABLE 1
-#define MAX_DEPTH 256           /* nested hashes before handing over to Python */
+/* Sets of kinds (kinds.py's registry, validate.py's sets). */
+#define SIZED (BIT(K_INT) | BIT(K_STRUCT) | BIT(K_UNION) | BIT(K_ENUM) | BIT(K_DATASEC) \
+	       | BIT(K_FLOAT) | BIT(K_ENUM64))
+#define MODIFIERS (BIT(K_TYPEDEF) | BIT(K_VOLATILE) | BIT(K_CONST) | BIT(K_RESTRICT) \
+		   | BIT(K_TYPE_TAG))
+#define ONE_REF (MODIFIERS | BIT(K_PTR) | BIT(K_FUNC) | BIT(K_VAR) | BIT(K_DECL_TAG))
+#define STRUCTS (BIT(K_STRUCT) | BIT(K_UNION))
+#define ENUMS (BIT(K_ENUM) | BIT(K_ENUM64))
 
+/* INT data bits the format leaves unused (reader._INT_RESERVED). */
+#define INT_RESERVED 0xf000ff00u
+
+/* A blob's types by id, once index_types has checked that every type
+ * and every name lies inside its section. */
 struct blob {
 	const uint8_t *types, *strings;
 	Py_ssize_t strings_len;
 	int big;
 	Py_ssize_t n;                   /* type ids: 0 (void) to n - 1 */
-	const uint8_t **at;             /* each type's struct btf_type */
-	/* per type id */
-	uint64_t *hashes;
-	uint8_t *flags, *state;         /* state: 0 new, 1 in progress, 2 done */
-	uint8_t (*digest)[8];           /* an unnamed type's hash, once done */
-	/* the string being hashed: one per nesting level, reused */
-	char **buf;
-	size_t *cap;
+	const uint8_t **at;             /* each type's struct btf_type; void's is VOID */
 };
+
+/* struct btf_type of void: kind UNKN, no name, nothing else. */
+static const uint8_t VOID[12];
 
 static inline uint32_t word(const struct blob *b, const uint8_t *p)
 {
@@ -80,14 +76,62 @@ static inline uint32_t word(const struct blob *b, const uint8_t *p)
 	return b->big ? __builtin_bswap32(v) : v;
 }
 
-static inline uint32_t info_of(const struct blob *b, Py_ssize_t id)
+static inline int kind_of(uint32_t info)
+{
+	return (info >> 24) & 0x1f;
+}
+
+/* Type ``id``'s fields, as the model has them. */
+static inline uint32_t info(const struct blob *b, uint32_t id)
 {
 	return word(b, b->at[id] + 4);
 }
 
-static inline int kind_of(uint32_t info)
+static inline int kind(const struct blob *b, uint32_t id)
 {
-	return (info >> 24) & 0x1f;
+	return kind_of(info(b, id));
+}
+
+static inline uint32_t vlen(const struct blob *b, uint32_t id)
+{
+	return info(b, id) & 0xffff;
+}
+
+static inline uint32_t kflag(const struct blob *b, uint32_t id)
+{
+	return info(b, id) >> 31;
+}
+
+static inline const char *name(const struct blob *b, uint32_t id)
+{
+	return (const char *)b->strings + word(b, b->at[id]);
+}
+
+static inline uint32_t size(const struct blob *b, uint32_t id)
+{
+	return BIT(kind(b, id)) & SIZED ? word(b, b->at[id] + 8) : 0;
+}
+
+/* The model's ``type``: the size-or-type word, an ARRAY's element type. */
+static inline uint32_t type(const struct blob *b, uint32_t id)
+{
+	int k = kind(b, id);
+	if (k == K_ARRAY)
+		return word(b, b->at[id] + 12);
+	return BIT(k) & SIZED ? 0 : word(b, b->at[id] + 8);
+}
+
+/* Word ``w`` of entry ``i`` of type ``id``. */
+static inline uint32_t entry(const struct blob *b, uint32_t id, uint32_t i, int w)
+{
+	int k = kind(b, id);
+	return word(b, b->at[id] + 12 + 4 * (fixed_words[k] + entry_words[k] * i + w));
+}
+
+/* The model's ``len(items)``. */
+static inline uint32_t items(const struct blob *b, uint32_t id)
+{
+	return entry_words[kind(b, id)] ? vlen(b, id) : 0;
 }
 
 /* Whether a NUL-terminated name starts at ``off`` of the string section. */
@@ -97,12 +141,17 @@ static int name_ok(const struct blob *b, uint32_t off)
 		&& memchr(b->strings + off, 0, b->strings_len - off) != NULL;
 }
 
-/* Whether the names of type ``t`` of ``kind`` (its own, its entries') are
- * in the string section, so that hashing can read them without checks. */
-static int names_ok(const struct blob *b, const uint8_t *t, int kind)
+/* Whether type ``t`` of ``kind`` has the layout the model can hold (vlen
+ * only where entries or linkage go, INT's reserved bits clear) and all
+ * its names (its own, its entries') in the string section. */
+static int type_ok(const struct blob *b, const uint8_t *t, int kind)
 {
 	uint32_t vlen = word(b, t + 4) & 0xffff;
 	if (!name_ok(b, word(b, t)))
+		return 0;
+	if (vlen && !entry_words[kind] && kind != K_FUNC)
+		return 0;
+	if (kind == K_INT && word(b, t + 12) & INT_RESERVED)
 		return 0;
 	if (kind == K_DATASEC)          /* its entries have no names */
 		return 1;
@@ -111,6 +160,83 @@ static int names_ok(const struct blob *b, const uint8_t *t, int kind)
 			return 0;
 	return 1;
 }
+
+/* Finds every type of base BTF blob ``data``: 0, or -1 for a layout this
+ * does not take. */
+static int index_types(struct blob *b, const uint8_t *data, Py_ssize_t len)
+{
+	uint32_t hdr_len, type_off, type_len, str_off, str_len;
+	uint16_t magic;
+
+	if (len < 24)
+		return -1;
+	memcpy(&magic, data, 2);
+	if (b->big)
+		magic = __builtin_bswap16(magic);
+	if (magic != 0xeb9f || data[2] != 1)
+		return -1;
+	hdr_len = word(b, data + 4);
+	type_off = word(b, data + 8);
+	type_len = word(b, data + 12);
+	str_off = word(b, data + 16);
+	str_len = word(b, data + 20);
+	if (hdr_len < 24 || (uint64_t)hdr_len + type_off + type_len > (uint64_t)len
+	    || (uint64_t)hdr_len + str_off + str_len > (uint64_t)len)
+		return -1;
+	b->types = data + hdr_len + type_off;
+	b->strings = data + hdr_len + str_off;
+	b->strings_len = str_len;
+
+	Py_ssize_t count = 0, cap = 1024;
+	const uint8_t **at = PyMem_Malloc(cap * sizeof(*at));
+	if (!at)
+		return -1;
+	at[count++] = VOID;
+	for (uint32_t pos = 0; pos < type_len;) {
+		if (type_len - pos < 12)
+			goto bad;
+		const uint8_t *t = b->types + pos;
+		uint32_t info = word(b, t + 4);
+		int kind = kind_of(info);
+		if (kind == K_UNKN || kind > K_LAST)
+			goto bad;
+		uint64_t size = 12 + 4 * (uint64_t)(fixed_words[kind]
+						    + entry_words[kind] * (uint64_t)(info & 0xffff));
+		if (size > type_len - pos || !type_ok(b, t, kind))
+			goto bad;
+		if (count == cap) {
+			const uint8_t **grown = PyMem_Realloc(at, 2 * cap * sizeof(*at));
+			if (!grown)
+				goto bad;
+			at = grown;
+			cap *= 2;
+		}
+		at[count++] = t;
+		pos += (uint32_t)size;
+	}
+	b->at = at;
+	b->n = count;
+	return 0;
+bad:
+	PyMem_Free(at);
+	return -1;
+}
+
+/* ==== hashes: hashing.Hasher ==== */
+
+#define UNMERGEABLE 1
+#define MAX_NESTING 256         /* nested hashes before handing over to Python */
+
+struct hasher {
+	const struct blob *b;
+	/* per type id */
+	uint64_t *hashes;
+	uint8_t *flags, *state;         /* state: 0 new, 1 in progress, 2 done */
+	uint8_t (*digest)[8];           /* an unnamed type's hash, once done */
+	/* the string being hashed: one per nesting level, reused */
+	char **buf;
+	size_t *cap;
+};
 
 /* A growable string. */
 struct out {
@@ -172,305 +298,224 @@ static void put_int(struct out *o, int64_t v)
 	}
 }
 
-/* 'struct NAME', 'union NAME' or 'enum NAME' (hashing.named_aggregate)
- * for a named type dedup matches by name, else NULL with *prefix unset. */
-static const char *aggregate_prefix(int kind, uint32_t info)
+/* The name of type ``id`` when it is a named aggregate (hashing.named_aggregate),
+ * whose references hash as 'struct NAME', 'union NAME' or 'enum NAME' (its
+ * prefix in *prefix, if asked), else NULL. */
+static const char *aggregate_name(const struct blob *b, uint32_t id, const char **prefix)
 {
-	switch (kind) {
-	case K_STRUCT:
-		return "struct ";
-	case K_UNION:
-		return "union ";
-	case K_FWD:
-		return info >> 31 ? "union " : "struct ";
-	case K_ENUM:
-	case K_ENUM64:
-		return "enum ";
-	}
-	return NULL;
-}
+	const char *p;
+	const char *n = name(b, id);
+	int k = kind(b, id);
 
-/* The name of type ``id`` when it is a named aggregate, whose references
- * hash as its name (with its prefix in *prefix, if asked), else NULL. */
-static const char *aggregate_name(const struct blob *b, Py_ssize_t id, const char **prefix)
-{
-	const uint8_t *t = b->at[id];
-	uint32_t info = word(b, t + 4);
-	const char *p = aggregate_prefix(kind_of(info), info);
-	const char *name = (const char *)b->strings + word(b, t);
-	if (!p || !*name)
+	if (!*n)
+		return NULL;
+	if (k == K_STRUCT)
+		p = "struct ";
+	else if (k == K_UNION)
+		p = "union ";
+	else if (k == K_FWD)
+		p = kflag(b, id) ? "union " : "struct ";
+	else if (BIT(k) & ENUMS)
+		p = "enum ";
+	else
 		return NULL;
 	if (prefix)
 		*prefix = p;
-	return name;
+	return n;
 }
 
-static int hash_type(struct blob *b, Py_ssize_t id, int depth);
+/* How many type ids type ``id`` refers to (BtfType.refs). */
+static uint32_t count_refs(const struct blob *b, uint32_t id)
+{
+	int k = kind(b, id);
+	if (BIT(k) & ONE_REF)
+		return 1;
+	if (k == K_ARRAY)
+		return 2;
+	if (k == K_FUNC_PROTO)
+		return 1 + vlen(b, id);
+	if (BIT(k) & STRUCTS || k == K_DATASEC)
+		return vlen(b, id);
+	return 0;
+}
+
+/* Reference ``i`` of type ``id``, in BtfType.refs' order. */
+static uint32_t ref_at(const struct blob *b, uint32_t id, uint32_t i)
+{
+	switch (kind(b, id)) {
+	case K_ARRAY:
+		return word(b, b->at[id] + 12 + 4 * i);
+	case K_FUNC_PROTO:
+		return i ? entry(b, id, i - 1, 1) : word(b, b->at[id] + 8);
+	case K_STRUCT:
+	case K_UNION:
+		return entry(b, id, i, 1);
+	case K_DATASEC:
+		return entry(b, id, i, 0);
+	}
+	return word(b, b->at[id] + 8);          /* one reference */
+}
+
+static int hash_type(struct hasher *h, uint32_t id, int depth);
 
 /* Appends what a reference to ``ref`` contributes (Hasher._token); -1 to give up. */
-static int put_token(struct blob *b, struct out *o, Py_ssize_t ref, int depth)
+static int put_token(struct hasher *h, struct out *o, uint32_t ref, int depth)
 {
-	const char *name, *prefix;
+	const char *n, *prefix;
 	if (ref == 0) {
 		put_char(o, 'V');
 		return 0;
 	}
-	if (ref >= b->n)
+	if (ref >= h->b->n)
 		return -1;
-	if ((name = aggregate_name(b, ref, &prefix))) {
+	if ((n = aggregate_name(h->b, ref, &prefix))) {
 		put_char(o, 'N');
 		put_str(o, prefix);
-		put_str(o, name);
+		put_str(o, n);
 		return 0;
 	}
-	if (b->state[ref] == 1) {       /* a cycle without a named aggregate */
+	if (h->state[ref] == 1) {       /* a cycle without a named aggregate */
 		uint8_t le[8];
-		b->flags[ref] |= UNMERGEABLE;
+		h->flags[ref] |= UNMERGEABLE;
 		for (int i = 0; i < 8; i++)
 			le[i] = (uint8_t)((uint64_t)ref >> (8 * i));
 		put_char(o, 'H');
 		put(o, le, 8);
 		return 0;
 	}
-	if (b->state[ref] == 0 && hash_type(b, ref, depth + 1) < 0)
+	if (h->state[ref] == 0 && hash_type(h, ref, depth + 1) < 0)
 		return -1;
 	put_char(o, 'H');
-	put(o, b->digest[ref], 8);
+	put(o, h->digest[ref], 8);
 	return 0;
 }
 
-/* How many type ids type ``t`` of ``kind`` refers to (BtfType.refs). */
-static uint32_t count_refs(const struct blob *b, const uint8_t *t, int kind)
+/* Appends Hasher._scalars: the type's own fields, then \x1d and its entries. */
+static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 {
-	uint32_t vlen = word(b, t + 4) & 0xffff;
-	if (one_ref[kind])
-		return 1;
-	switch (kind) {
-	case K_ARRAY:
-		return 2;
-	case K_FUNC_PROTO:
-		return 1 + vlen;
-	case K_STRUCT:
-	case K_UNION:
-	case K_DATASEC:
-		return vlen;
-	}
-	return 0;
-}
-
-/* Reference ``i`` of type ``t``, in BtfType.refs' order. */
-static uint32_t ref_at(const struct blob *b, const uint8_t *t, int kind, uint32_t i)
-{
-	const uint8_t *extra = t + 12;
-	switch (kind) {
-	case K_ARRAY:
-		return word(b, extra + 4 * i);
-	case K_FUNC_PROTO:
-		return i ? word(b, extra + 8 * (i - 1) + 4) : word(b, t + 8);
-	case K_STRUCT:
-	case K_UNION:
-		return word(b, extra + 12 * i + 4);
-	case K_DATASEC:
-		return word(b, extra + 12 * i);
-	}
-	return word(b, t + 8);          /* one_ref */
-}
-
-/* Hashes type ``id`` (Hasher._hash): 0, or -1 to give up. */
-static int hash_type(struct blob *b, Py_ssize_t id, int depth)
-{
-	if (depth >= MAX_DEPTH)
-		return -1;
-	const uint8_t *t = b->at[id];
-	uint32_t name_off = word(b, t), info = word(b, t + 4), st = word(b, t + 8);
-	uint32_t vlen = info & 0xffff, kflag = info >> 31;
-	int kind = kind_of(info);
-	const uint8_t *extra = t + 12;
-	const char *name = (const char *)b->strings + name_off;
-	uint32_t nrefs;
-	struct out o = {&b->buf[depth], &b->cap[depth], 0, 0};
+	const uint8_t *extra = b->at[id] + 12;
+	int k = kind(b, id);
+	uint32_t flag = kflag(b, id);
 	uint64_t encoding = 0, bit_offset = 0, bits = 0, nelems = 0, linkage = 0;
 	int64_t component_idx = -1;
 
-	b->state[id] = 1;
-	if (kind == K_INT) {
+	if (k == K_INT) {
 		uint32_t v = word(b, extra);
 		encoding = (v >> 24) & 0x0f;
 		bit_offset = (v >> 16) & 0xff;
 		bits = v & 0xff;
-	} else if (kind == K_ARRAY) {
+	} else if (k == K_ARRAY) {
 		nelems = word(b, extra + 8);
-	} else if (kind == K_FUNC) {
-		linkage = vlen;
-	} else if (kind == K_VAR) {
+	} else if (k == K_FUNC) {
+		linkage = vlen(b, id);
+	} else if (k == K_VAR) {
 		linkage = word(b, extra);
-	} else if (kind == K_DECL_TAG) {
+	} else if (k == K_DECL_TAG) {
 		component_idx = (int32_t)word(b, extra);
 	}
-
-	/* Hasher._scalars: the type's own fields, then \x1d and its entries. */
-	put_int(&o, kind);
-	put_char(&o, '\x1f');
-	put_str(&o, name);
-	put_char(&o, '\x1f');
-	put_uint(&o, sized[kind] ? st : 0);
-	put_char(&o, '\x1f');
-	put_uint(&o, kflag);
-	put_char(&o, '\x1f');
-	put_uint(&o, encoding);
-	put_char(&o, '\x1f');
-	put_uint(&o, bit_offset);
-	put_char(&o, '\x1f');
-	put_uint(&o, bits);
-	put_char(&o, '\x1f');
-	put_uint(&o, nelems);
-	put_char(&o, '\x1f');
-	put_uint(&o, linkage);
-	put_char(&o, '\x1f');
-	put_int(&o, component_idx);
-	put_char(&o, '\x1d');
-	for (uint32_t i = 0; i < vlen && entry_words[kind]; i++) {
-		const uint8_t *e = extra + 4 * entry_words[kind] * i;
+	put_int(o, k);
+	put_char(o, '\x1f');
+	put_str(o, name(b, id));
+	put_char(o, '\x1f');
+	put_uint(o, size(b, id));
+	put_char(o, '\x1f');
+	put_uint(o, flag);
+	put_char(o, '\x1f');
+	put_uint(o, encoding);
+	put_char(o, '\x1f');
+	put_uint(o, bit_offset);
+	put_char(o, '\x1f');
+	put_uint(o, bits);
+	put_char(o, '\x1f');
+	put_uint(o, nelems);
+	put_char(o, '\x1f');
+	put_uint(o, linkage);
+	put_char(o, '\x1f');
+	put_int(o, component_idx);
+	put_char(o, '\x1d');
+	for (uint32_t i = 0; i < items(b, id); i++) {
 		if (i)
-			put_char(&o, '\x1e');
-		if (kind == K_DATASEC) {
-			put_uint(&o, word(b, e + 8));
+			put_char(o, '\x1e');
+		if (k == K_DATASEC) {
+			put_uint(o, entry(b, id, i, 2));
 			continue;
 		}
-		put_str(&o, (const char *)b->strings + word(b, e));
-		if (kind == K_FUNC_PROTO)
+		put_str(o, (const char *)b->strings + entry(b, id, i, 0));
+		if (k == K_FUNC_PROTO)
 			continue;
-		put_char(&o, '\x1f');
-		if (kind == K_STRUCT || kind == K_UNION) {
-			uint32_t off = word(b, e + 8);
-			put_uint(&o, kflag ? off & 0xffffff : off);
-			put_char(&o, '\x1f');
-			put_uint(&o, kflag ? off >> 24 : 0);
-		} else if (kind == K_ENUM) {
-			uint32_t v = word(b, e + 4);
-			put_int(&o, kflag ? (int64_t)(int32_t)v : (int64_t)v);
+		put_char(o, '\x1f');
+		if (BIT(k) & STRUCTS) {
+			uint32_t off = entry(b, id, i, 2);
+			put_uint(o, flag ? off & 0xffffff : off);
+			put_char(o, '\x1f');
+			put_uint(o, flag ? off >> 24 : 0);
+		} else if (k == K_ENUM) {
+			uint32_t v = entry(b, id, i, 1);
+			put_int(o, flag ? (int64_t)(int32_t)v : (int64_t)v);
 		} else {                /* ENUM64 */
-			uint64_t v = (uint64_t)word(b, e + 8) << 32 | word(b, e + 4);
-			if (kflag)
-				put_int(&o, (int64_t)v);
+			uint64_t v = (uint64_t)entry(b, id, i, 2) << 32 | entry(b, id, i, 1);
+			if (flag)
+				put_int(o, (int64_t)v);
 			else
-				put_uint(&o, v);
+				put_uint(o, v);
 		}
 	}
+}
 
-	nrefs = count_refs(b, t, kind);
+/* Hashes type ``id`` (Hasher._hash): 0, or -1 to give up. */
+static int hash_type(struct hasher *h, uint32_t id, int depth)
+{
+	const struct blob *b = h->b;
+	struct out o = {&h->buf[depth], &h->cap[depth], 0, 0};
+	uint32_t nrefs = count_refs(b, id);
+	int k = kind(b, id);
+
+	if (depth >= MAX_NESTING)
+		return -1;
+	h->state[id] = 1;
+	put_scalars(b, &o, id);
 	for (uint32_t i = 0; i < nrefs; i++) {
 		put_char(&o, '\x1c');
-		if (put_token(b, &o, ref_at(b, t, kind, i), depth) < 0)
+		if (put_token(h, &o, ref_at(b, id, i), depth) < 0)
 			return -1;
 	}
 	if (o.failed)
 		return -1;
 
-	uint8_t flag = (kind == K_VAR || kind == K_DATASEC) ? UNMERGEABLE : 0;
+	uint8_t flag = (k == K_VAR || k == K_DATASEC) ? UNMERGEABLE : 0;
 	for (uint32_t i = 0; i < nrefs; i++) {
-		uint32_t ref = ref_at(b, t, kind, i);
+		uint32_t ref = ref_at(b, id, i);
 		if (ref && !aggregate_name(b, ref, NULL))
-			flag |= b->flags[ref];
+			flag |= h->flags[ref];
 	}
-	uint64_t h = blake2b_8((const uint8_t *)*o.buf, o.len);
-	b->flags[id] |= flag;
-	b->hashes[id] = h;
+	struct blake2b s;
+	b2_init(&s);
+	b2_update(&s, *o.buf, o.len);
+	uint64_t digest = b2_final(&s);
+	h->flags[id] |= flag;
+	h->hashes[id] = digest;
 	for (int i = 0; i < 8; i++)
-		b->digest[id][i] = (uint8_t)(h >> (8 * i));
-	b->state[id] = 2;
+		h->digest[id][i] = (uint8_t)(digest >> (8 * i));
+	h->state[id] = 2;
 	return 0;
 }
 
-/* Finds every type's start: 0, or -1 for a layout this does not take. */
-static int index_types(struct blob *b, const uint8_t *data, Py_ssize_t len)
+/* ([hash per id], bytearray of flags), as hashing.type_hashes gives them. */
+static PyObject *hash_result(const struct hasher *h)
 {
-	uint32_t hdr_len, type_off, type_len, str_off, str_len;
-	uint16_t magic;
-
-	if (len < 24)
-		return -1;
-	memcpy(&magic, data, 2);
-	if (b->big)
-		magic = __builtin_bswap16(magic);
-	if (magic != 0xeb9f || data[2] != 1)
-		return -1;
-	hdr_len = word(b, data + 4);
-	type_off = word(b, data + 8);
-	type_len = word(b, data + 12);
-	str_off = word(b, data + 16);
-	str_len = word(b, data + 20);
-	if (hdr_len < 24 || (uint64_t)hdr_len + type_off + type_len > (uint64_t)len
-	    || (uint64_t)hdr_len + str_off + str_len > (uint64_t)len)
-		return -1;
-	b->types = data + hdr_len + type_off;
-	b->strings = data + hdr_len + str_off;
-	b->strings_len = str_len;
-
-	Py_ssize_t count = 0, cap = 1024;
-	const uint8_t **at = PyMem_Malloc(cap * sizeof(*at));
-	if (!at)
-		return -1;
-	at[count++] = NULL;             /* void */
-	for (uint32_t pos = 0; pos < type_len;) {
-		if (type_len - pos < 12)
-			goto bad;
-		const uint8_t *t = b->types + pos;
-		uint32_t info = word(b, t + 4);
-		int kind = kind_of(info);
-		if (kind == K_UNKN || kind > K_LAST)
-			goto bad;
-		uint64_t size = 12 + 4 * (uint64_t)(fixed_words[kind]
-						    + entry_words[kind] * (uint64_t)(info & 0xffff));
-		if (size > type_len - pos || !names_ok(b, t, kind))
-			goto bad;
-		if (count == cap) {
-			const uint8_t **grown = PyMem_Realloc(at, 2 * cap * sizeof(*at));
-			if (!grown)
-				goto bad;
-			at = grown;
-			cap *= 2;
-		}
-		at[count++] = t;
-		pos += (uint32_t)size;
-	}
-	b->at = at;
-	b->n = count;
-	return 0;
-bad:
-	PyMem_Free(at);
-	return -1;
-}
-
-static void release(struct blob *b)
-{
-	if (b->buf)
-		for (int i = 0; i < MAX_DEPTH; i++)
-			PyMem_Free(b->buf[i]);
-	PyMem_Free(b->buf);
-	PyMem_Free(b->cap);
-	PyMem_Free(b->at);
-	PyMem_Free(b->hashes);
-	PyMem_Free(b->flags);
-	PyMem_Free(b->state);
-	PyMem_Free(b->digest);
-}
-
-/* The result as hashing.type_hashes gives it: ([hash per id], bytearray of flags). */
-static PyObject *result(const struct blob *b)
-{
-	PyObject *list = PyList_New(b->n), *flags = NULL, *pair;
+	Py_ssize_t n = h->b->n;
+	PyObject *list = PyList_New(n), *flags, *pair;
 	if (!list)
 		return NULL;
-	for (Py_ssize_t i = 0; i < b->n; i++) {
-		PyObject *h = PyLong_FromUnsignedLongLong(b->hashes[i]);
-		if (!h) {
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *value = PyLong_FromUnsignedLongLong(h->hashes[i]);
+		if (!value) {
 			Py_DECREF(list);
 			return NULL;
 		}
-		PyList_SET_ITEM(list, i, h);
+		PyList_SET_ITEM(list, i, value);
 	}
-	flags = PyByteArray_FromStringAndSize((const char *)b->flags, b->n);
+	flags = PyByteArray_FromStringAndSize((const char *)h->flags, n);
 	if (!flags) {
 		Py_DECREF(list);
 		return NULL;
@@ -481,50 +526,741 @@ static PyObject *result(const struct blob *b)
 	return pair;
 }
 
+/* The hashes of indexed blob ``b``, or None. */
+static PyObject *hash_blob(const struct blob *b)
+{
+	struct hasher h = {.b = b};
+	PyObject *out = NULL;
+	Py_ssize_t id;
+
+	h.hashes = PyMem_Calloc(b->n, sizeof(*h.hashes));
+	h.flags = PyMem_Calloc(b->n, 1);
+	h.state = PyMem_Calloc(b->n, 1);
+	h.digest = PyMem_Calloc(b->n, sizeof(*h.digest));
+	h.buf = PyMem_Calloc(MAX_NESTING, sizeof(*h.buf));
+	h.cap = PyMem_Calloc(MAX_NESTING, sizeof(*h.cap));
+	if (h.hashes && h.flags && h.state && h.digest && h.buf && h.cap) {
+		for (id = 1; id < b->n; id++)
+			if (!h.state[id] && hash_type(&h, (uint32_t)id, 0) < 0)
+				break;
+		out = id == b->n ? hash_result(&h) : Py_NewRef(Py_None);
+	} else {
+		out = Py_NewRef(Py_None);
+	}
+	if (h.buf)
+		for (int i = 0; i < MAX_NESTING; i++)
+			PyMem_Free(h.buf[i]);
+	PyMem_Free(h.buf);
+	PyMem_Free(h.cap);
+	PyMem_Free(h.hashes);
+	PyMem_Free(h.flags);
+	PyMem_Free(h.state);
+	PyMem_Free(h.digest);
+	return out;
+}
+
+/* ==== accepts: validate._Checker, for base BTF and the rules after 6.1 ==== */
+
+#define BTF_MAX_TYPE 0xfffffu
+#define MAX_RESOLVE_DEPTH 32
+#define MAX_NAME_BYTES 512
+#define U32 0xffffffffu
+
+#define NEEDS_RESOLVE (MODIFIERS | BIT(K_PTR) | STRUCTS | BIT(K_ARRAY) | BIT(K_VAR) \
+		       | BIT(K_FUNC) | BIT(K_DECL_TAG) | BIT(K_DATASEC))
+/* Types that may only start a resolution, never be referred to by one. */
+#define SOURCE_ONLY (BIT(K_VAR) | BIT(K_DECL_TAG) | BIT(K_DATASEC))
+#define NO_SIZE (BIT(K_UNKN) | BIT(K_FWD) | BIT(K_FUNC) | BIT(K_FUNC_PROTO) | BIT(K_DECL_TAG))
+#define DECL_TAG_TARGETS (BIT(K_FUNC) | STRUCTS | BIT(K_VAR) | BIT(K_TYPEDEF))
+#define REFERENCES (MODIFIERS | BIT(K_PTR) | BIT(K_VAR))
+#define OWN_SIZE ((SIZED | BIT(K_PTR)) & ~BIT(K_DATASEC))
+
+enum { NOT_VISITED, VISITED, RESOLVED };
+enum { MODE_TBD, MODE_PTR, MODE_STRUCT };
+/* Per walk mode, the kinds the walk goes into rather than stopping at. */
+static const uint32_t walked[] = {
+	[MODE_TBD] = NEEDS_RESOLVE,
+	[MODE_PTR] = MODIFIERS | BIT(K_PTR),
+	[MODE_STRUCT] = MODIFIERS | BIT(K_ARRAY) | STRUCTS,
+};
+
+struct checker {
+	const struct blob *b;
+	uint32_t ptr_size;
+	uint8_t *state;
+	uint32_t *rid, *rsize;
+	struct { uint32_t id, next; } stack[MAX_RESOLVE_DEPTH];
+	int depth, mode;
+};
+
+/* Every rule below returns 0 when the type passes it, -1 when it does not
+ * or may not: no reason, since Python says it. */
+#define REQUIRE(cond) do { if (!(cond)) return -1; } while (0)
+
+/* An ASCII identifier of at most MAX_NAME_BYTES bytes (validate._Checker.identifier;
+ * other names are Python's to judge). */
+static int identifier(const char *s)
+{
+	size_t n = 0;
+	for (; s[n]; n++) {
+		unsigned char c = (unsigned char)s[n];
+		int letter = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || c == '.';
+		if (!(letter || (n && c >= '0' && c <= '9')))
+			return 0;
+	}
+	return n && n <= MAX_NAME_BYTES;
+}
+
+/* A DATASEC's name: printable ASCII (validate._SECTION_NAME's ASCII part). */
+static int section_name(const char *s)
+{
+	size_t n = 0;
+	for (; s[n]; n++)
+		if ((unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e)
+			return 0;
+	return n && n <= MAX_NAME_BYTES;
+}
+
+static inline int in(uint32_t set, int kind)
+{
+	return (BIT(kind) & set) != 0;
+}
+
+static inline int valid_id(const struct checker *c, uint32_t id)
+{
+	return id < (uint32_t)c->b->n;
+}
+
+/* -- each type on its own (the _meta_* rules) -- */
+
+/* Struct and union members (_meta_struct, _member_meta). */
+static int members_meta(const struct blob *b, uint32_t id)
+{
+	uint64_t last = 0;
+	int union_ = kind(b, id) == K_UNION, bitfields = kflag(b, id);
+	for (uint32_t i = 0; i < vlen(b, id); i++) {
+		const char *n = (const char *)b->strings + entry(b, id, i, 0);
+		uint32_t mtype = entry(b, id, i, 1), off = entry(b, id, i, 2);
+		if (bitfields)
+			off &= 0xffffff;
+		REQUIRE(!*n || identifier(n));
+		REQUIRE(mtype && mtype <= BTF_MAX_TYPE);
+		REQUIRE(!(union_ && off));
+		REQUIRE(off >= last);
+		REQUIRE(((uint64_t)off + 7) >> 3 <= size(b, id));
+		last = off;
+	}
+	return 0;
+}
+
+static int enum_meta(const struct blob *b, uint32_t id)
+{
+	uint32_t s = size(b, id);
+	REQUIRE(s == 1 || s == 2 || s == 4 || s == 8);
+	REQUIRE(!*name(b, id) || identifier(name(b, id)));
+	for (uint32_t i = 0; i < vlen(b, id); i++)
+		REQUIRE(identifier((const char *)b->strings + entry(b, id, i, 0)));
+	return 0;
+}
+
+static int datasec_meta(const struct blob *b, uint32_t id)
+{
+	uint32_t s = size(b, id);
+	uint64_t end = 0, total = 0;
+	REQUIRE(s && !kflag(b, id) && section_name(name(b, id)));
+	for (uint32_t i = 0; i < vlen(b, id); i++) {
+		uint32_t vtype = entry(b, id, i, 0), off = entry(b, id, i, 1), vsize = entry(b, id, i, 2);
+		REQUIRE(vtype && vtype <= BTF_MAX_TYPE);
+		REQUIRE(off >= end && off < s);
+		REQUIRE(vsize && vsize <= s && (uint64_t)off + vsize <= s);
+		end = (uint64_t)off + vsize;
+		total += vsize;
+	}
+	REQUIRE(total <= s);
+	return 0;
+}
+
+static int meta(const struct blob *b, uint32_t id)
+{
+	const uint8_t *t = b->at[id];
+	const char *n = name(b, id);
+	uint32_t st = word(b, t + 8), flag = kflag(b, id);
+	int k = kind(b, id);
+
+	switch (k) {
+	case K_INT: {
+		uint32_t v = word(b, t + 12), encoding = (v >> 24) & 0x0f;
+		uint32_t nbits = (v & 0xff) + ((v >> 16) & 0xff);
+		REQUIRE(nbits <= 128 && (nbits + 7) >> 3 <= st);
+		REQUIRE(encoding == 0 || encoding == 1 || encoding == 2 || encoding == 4);
+		REQUIRE(!flag);
+		return 0;
+	}
+	case K_PTR:
+	case K_VOLATILE:
+	case K_CONST:
+	case K_RESTRICT:
+		REQUIRE(!flag && st <= BTF_MAX_TYPE && !*n);
+		return 0;
+	case K_TYPEDEF:
+		REQUIRE(!flag && st <= BTF_MAX_TYPE && identifier(n));
+		return 0;
+	case K_TYPE_TAG:                /* kind_flag: an attribute tag (Linux 6.13) */
+		REQUIRE(st <= BTF_MAX_TYPE && *n);
+		return 0;
+	case K_ARRAY: {
+		uint32_t elem = word(b, t + 12), index = word(b, t + 16);
+		REQUIRE(!*n && !flag);
+		REQUIRE(elem && elem <= BTF_MAX_TYPE && index && index <= BTF_MAX_TYPE);
+		return 0;
+	}
+	case K_STRUCT:
+	case K_UNION:
+		REQUIRE(!*n || identifier(n));
+		return members_meta(b, id);
+	case K_ENUM:
+	case K_ENUM64:
+		return enum_meta(b, id);
+	case K_FWD:
+		REQUIRE(!st && identifier(n));
+		return 0;
+	case K_FUNC:
+		REQUIRE(identifier(n) && vlen(b, id) <= 1 && !flag);
+		return 0;
+	case K_FUNC_PROTO:
+		REQUIRE(!*n && !flag);
+		return 0;
+	case K_VAR: {
+		uint32_t linkage = word(b, t + 12);
+		REQUIRE(!flag && identifier(n) && st && st <= BTF_MAX_TYPE && linkage <= 1);
+		return 0;
+	}
+	case K_DATASEC:
+		return datasec_meta(b, id);
+	case K_FLOAT:
+		REQUIRE(!flag && (st == 2 || st == 4 || st == 8 || st == 12 || st == 16));
+		return 0;
+	case K_DECL_TAG:                /* kind_flag: an attribute tag (Linux 6.13) */
+		REQUIRE(*n && (int32_t)word(b, t + 12) >= -1);
+		return 0;
+	}
+	return -1;
+}
+
+/* -- references: the kernel's walk (_Checker.resolve and its steps) -- */
+
+static inline int resolved(const struct checker *c, uint32_t id)
+{
+	return c->state[id] == RESOLVED;
+}
+
+static inline int sink(const struct checker *c, uint32_t id)
+{
+	return !in(walked[c->mode], kind(c->b, id));
+}
+
+static int push(struct checker *c, uint32_t id)
+{
+	REQUIRE(c->depth < MAX_RESOLVE_DEPTH && c->state[id] == NOT_VISITED);
+	c->state[id] = VISITED;
+	c->stack[c->depth].id = id;
+	c->stack[c->depth].next = 0;
+	c->depth++;
+	if (c->mode == MODE_TBD) {
+		int k = kind(c->b, id);
+		if (k == K_PTR)
+			c->mode = MODE_PTR;
+		else if (in(STRUCTS | BIT(K_ARRAY), k))
+			c->mode = MODE_STRUCT;
+	}
+	return 0;
+}
+
+static void pop(struct checker *c, uint32_t rid, uint32_t rsize)
+{
+	uint32_t id = c->stack[--c->depth].id;
+	c->state[id] = RESOLVED;
+	c->rid[id] = rid;
+	c->rsize[id] = rsize;
+}
+
+/* The size a type has without resolving through it (_own_size); 0 with
+ * *has = 0 for none. */
+static uint32_t own_size(const struct checker *c, uint32_t id, int *has)
+{
+	int k = kind(c->b, id);
+	*has = 1;
+	if (in(SIZED, k))
+		return size(c->b, id);
+	if (k == K_ARRAY)
+		return c->rsize[id];
+	if (k == K_PTR)
+		return c->ptr_size;
+	*has = 0;
+	return 0;
+}
+
+/* btf_type_id_size: the sized type ``id`` stands for and its size; 0 for none. */
+static int id_size(const struct checker *c, uint32_t id, uint32_t *sid, uint32_t *ssize)
+{
+	int has;
+	if (!valid_id(c, id) || in(NO_SIZE, kind(c->b, id)))
+		return 0;
+	*ssize = own_size(c, id, &has);
+	*sid = id;
+	if (has)
+		return 1;
+	if (!in(MODIFIERS | BIT(K_VAR), kind(c->b, id)))
+		return 0;
+	id = c->rid[id];
+	if (!valid_id(c, id) || in(NO_SIZE, kind(c->b, id)))
+		return 0;
+	*ssize = own_size(c, id, &has);
+	*sid = id;
+	return has;
+}
+
+static int regular_int(const struct blob *b, uint32_t id)
+{
+	uint32_t v = word(b, b->at[id] + 12), bits = v & 0xff, nbytes = (bits + 7) >> 3;
+	return !(bits % 8) && !((v >> 16) & 0xff)
+		&& (nbytes == 1 || nbytes == 2 || nbytes == 4 || nbytes == 8 || nbytes == 16);
+}
+
+static inline uint32_t int_bits(const struct blob *b, uint32_t id)
+{
+	return word(b, b->at[id] + 12) & 0xff;
+}
+
+static inline uint32_t int_offset(const struct blob *b, uint32_t id)
+{
+	return (word(b, b->at[id] + 12) >> 16) & 0xff;
+}
+
+static int bits_fit(uint64_t struct_size, uint64_t bit_offset, uint64_t nbits)
+{
+	uint64_t copy_bits = nbits + bit_offset % 8, byte_off = bit_offset >> 3;
+	REQUIRE(copy_bits <= 128);
+	REQUIRE(struct_size >= byte_off && struct_size - byte_off >= (copy_bits + 7) >> 3);
+	return 0;
+}
+
+/* _member_sized: byte-aligned members of ``msize`` bytes. */
+static int member_sized(uint32_t s_size, uint32_t off, uint64_t msize)
+{
+	REQUIRE(!(off % 8));
+	REQUIRE(((s_size - (off >> 3)) & U32) >= msize);
+	return 0;
+}
+
+/* check_member: member ``i`` of struct ``sid`` against its type. */
+static int check_member(const struct checker *c, uint32_t sid, uint32_t i)
+{
+	const struct blob *b = c->b;
+	uint32_t mtype = entry(b, sid, i, 1), off = entry(b, sid, i, 2), nbits = 0;
+	uint32_t s_size = size(b, sid), msize;
+	int bitfields = kflag(b, sid), k = kind(b, mtype);
+
+	if (bitfields) {
+		nbits = off >> 24;
+		off &= 0xffffff;
+	}
+	if (in(MODIFIERS, k)) {
+		REQUIRE(id_size(c, mtype, &mtype, &msize));
+		k = kind(b, mtype);
+	}
+	if (bitfields && k == K_INT) {  /* check_int_bitfield */
+		REQUIRE(regular_int(b, mtype));
+		if (!nbits) {
+			REQUIRE(!(off % 8));
+			nbits = int_bits(b, mtype);
+		} else {
+			REQUIRE(nbits <= int_bits(b, mtype));
+		}
+		return bits_fit(s_size, off, nbits);
+	}
+	if (bitfields && in(ENUMS, k)) {        /* check_enum_bitfield */
+		if (!nbits) {
+			REQUIRE(!(off % 8));
+			nbits = 32;
+		} else {
+			REQUIRE(nbits <= 32);
+		}
+		REQUIRE(((uint64_t)off + nbits + 7) >> 3 <= s_size);
+		return 0;
+	}
+	REQUIRE(!nbits);
+	switch (k) {
+	case K_INT:
+		REQUIRE(U32 - off >= int_offset(b, mtype));
+		return bits_fit(s_size, (uint64_t)off + int_offset(b, mtype), int_bits(b, mtype));
+	case K_PTR:
+		return member_sized(s_size, off, c->ptr_size);
+	case K_ARRAY: {
+		uint32_t aid;
+		if (!id_size(c, mtype, &aid, &msize))
+			msize = 0;
+		return member_sized(s_size, off, msize);
+	}
+	case K_STRUCT:
+	case K_UNION:
+	case K_ENUM:
+	case K_ENUM64:
+		return member_sized(s_size, off, size(b, mtype));
+	case K_FLOAT: {
+		uint32_t fsize = size(b, mtype);
+		uint64_t align_bits = (c->ptr_size < fsize ? c->ptr_size : fsize) * 8ull;
+		REQUIRE(!align_bits || !(off % align_bits));
+		REQUIRE((uint64_t)(off >> 3) + fsize <= s_size);
+		return 0;
+	}
+	}
+	return -1;
+}
+
+/* 1 if ``ref`` was pushed to resolve first, 0 if it need not be, -1 if it
+ * has no size (needs_first). */
+static int needs_first(struct checker *c, uint32_t ref)
+{
+	REQUIRE(valid_id(c, ref) && !in(NO_SIZE | SOURCE_ONLY, kind(c->b, ref)));
+	if (!sink(c, ref) && !resolved(c, ref))
+		return push(c, ref) < 0 ? -1 : 1;
+	return 0;
+}
+
+/* PTR, modifiers and VAR (resolve_reference). */
+static int resolve_reference(struct checker *c, uint32_t id)
+{
+	const struct blob *b = c->b;
+	int follow_ptr = in(BIT(K_PTR) | BIT(K_VAR), kind(b, id));
+	uint32_t next = type(b, id), sid, ssize;
+	int nk;
+
+	REQUIRE(valid_id(c, next) && !in(SOURCE_ONLY, kind(b, next)));
+	nk = kind(b, next);
+	if (in(walked[c->mode], nk) && !resolved(c, next))
+		return push(c, next);
+	if (in(SIZED | BIT(K_PTR), nk)) {
+		pop(c, next, 0);
+		return 0;
+	}
+	if (follow_ptr && in(MODIFIERS, nk)) {
+		uint32_t target = c->rid[next];
+		if (valid_id(c, target) && kind(b, target) == K_PTR && !sink(c, target)
+		    && !resolved(c, target))
+			return push(c, target);
+	}
+	if (id_size(c, next, &sid, &ssize)) {
+		pop(c, sid, 0);
+		return 0;
+	}
+	REQUIRE(kind(b, id) != K_VAR);
+	if (resolved(c, next))
+		next = c->rid[next];
+	REQUIRE(valid_id(c, next) && in(BIT(K_UNKN) | BIT(K_FWD) | BIT(K_FUNC_PROTO), kind(b, next)));
+	pop(c, next, 0);
+	return 0;
+}
+
+static int resolve_struct(struct checker *c, uint32_t id, uint32_t start)
+{
+	const struct blob *b = c->b;
+	if (start) {
+		REQUIRE(resolved(c, entry(b, id, start - 1, 1)));
+		REQUIRE(check_member(c, id, start - 1) == 0);
+	}
+	for (uint32_t i = start; i < vlen(b, id); i++) {
+		uint32_t ref = entry(b, id, i, 1);
+		c->stack[c->depth - 1].next = i + 1;
+		REQUIRE(valid_id(c, ref) && !in(NO_SIZE | SOURCE_ONLY, kind(b, ref)));
+		if (in(walked[c->mode], kind(b, ref)) && !resolved(c, ref))
+			return push(c, ref);
+		REQUIRE(check_member(c, id, i) == 0);
+	}
+	pop(c, 0, 0);
+	return 0;
+}
+
+static int resolve_array(struct checker *c, uint32_t id)
+{
+	const struct blob *b = c->b;
+	uint32_t index = word(b, b->at[id] + 16), elem = type(b, id);
+	uint32_t nelems = word(b, b->at[id] + 20), sid, ssize;
+	int first = needs_first(c, index);
+
+	if (first)
+		return first < 0 ? -1 : 0;
+	REQUIRE(id_size(c, index, &sid, &ssize));
+	REQUIRE(kind(b, sid) == K_INT && regular_int(b, sid));
+	first = needs_first(c, elem);
+	if (first)
+		return first < 0 ? -1 : 0;
+	REQUIRE(id_size(c, elem, &sid, &ssize));
+	REQUIRE(kind(b, sid) != K_INT || regular_int(b, sid));
+	REQUIRE(!nelems || ssize <= U32 / nelems);
+	pop(c, sid, ssize * nelems);
+	return 0;
+}
+
+static int resolve_func(struct checker *c, uint32_t id)
+{
+	const struct blob *b = c->b;
+	uint32_t proto = type(b, id);
+	REQUIRE(valid_id(c, proto) && kind(b, proto) == K_FUNC_PROTO);
+	for (uint32_t i = 0; i < vlen(b, proto); i++)
+		REQUIRE(b->strings[entry(b, proto, i, 0)] || !entry(b, proto, i, 1));
+	pop(c, proto, 0);
+	return 0;
+}
+
+static int resolve_decl_tag(struct checker *c, uint32_t id)
+{
+	const struct blob *b = c->b;
+	uint32_t target = type(b, id);
+	int32_t component = (int32_t)word(b, b->at[id] + 12);
+
+	REQUIRE(valid_id(c, target) && in(DECL_TAG_TARGETS, kind(b, target)));
+	if (!sink(c, target) && !resolved(c, target))
+		return push(c, target);
+	if (component != -1) {
+		uint32_t owner = target;
+		REQUIRE(!in(BIT(K_VAR) | BIT(K_TYPEDEF), kind(b, target)));
+		if (kind(b, target) == K_FUNC)
+			owner = type(b, target);
+		/* A FUNC's target that is no type counts as void: no components. */
+		REQUIRE(valid_id(c, owner) && (uint32_t)component < items(b, owner));
+	}
+	pop(c, target, 0);
+	return 0;
+}
+
+static int resolve_datasec(struct checker *c, uint32_t id, uint32_t start)
+{
+	const struct blob *b = c->b;
+	c->mode = MODE_TBD;
+	for (uint32_t i = start; i < vlen(b, id); i++) {
+		uint32_t var = entry(b, id, i, 0), sid, ssize;
+		REQUIRE(valid_id(c, var) && kind(b, var) == K_VAR);
+		if (!sink(c, var) && !resolved(c, var)) {
+			c->stack[c->depth - 1].next = i + 1;
+			return push(c, var);
+		}
+		REQUIRE(id_size(c, type(b, var), &sid, &ssize));
+		REQUIRE(entry(b, id, i, 2) >= ssize);
+	}
+	pop(c, 0, 0);
+	return 0;
+}
+
+/* resolve_valid: what the walk left for ``id`` is what the kernel requires. */
+static int resolve_valid(const struct checker *c, uint32_t id)
+{
+	const struct blob *b = c->b;
+	uint32_t rid = c->rid[id], rsize = c->rsize[id], sid, ssize;
+	int k = kind(b, id);
+
+	REQUIRE(resolved(c, id));
+	if (in(STRUCTS | BIT(K_DATASEC), k))
+		REQUIRE(!rid && !rsize);
+	else if (in(BIT(K_DECL_TAG) | BIT(K_FUNC), k))
+		REQUIRE(rid && !rsize);
+	else if (in(MODIFIERS | BIT(K_PTR) | BIT(K_VAR), k))
+		REQUIRE(valid_id(c, rid) && !in(MODIFIERS | BIT(K_VAR) | BIT(K_DATASEC), kind(b, rid)));
+	else if (k == K_ARRAY) {
+		REQUIRE(id_size(c, type(b, id), &sid, &ssize));
+		REQUIRE(!in(MODIFIERS, kind(b, sid)));
+		REQUIRE(((uint64_t)word(b, b->at[id] + 20) * ssize & U32) == rsize);
+	} else
+		return -1;
+	return 0;
+}
+
+/* Resolve ``root`` and what it needs, depth first (btf_resolve). */
+static int resolve(struct checker *c, uint32_t root)
+{
+	const struct blob *b = c->b;
+	int k = kind(b, root);
+
+	if (in(REFERENCES, k) && c->state[root] == NOT_VISITED) {
+		/* A target with a size of its own that needs no walk: at once. */
+		uint32_t next = type(b, root);
+		uint32_t set = k == K_PTR ? walked[MODE_PTR] : NEEDS_RESOLVE;
+		if (valid_id(c, next) && in(OWN_SIZE, kind(b, next))
+		    && (!in(set, kind(b, next)) || resolved(c, next))) {
+			c->state[root] = RESOLVED;
+			c->rid[root] = next;
+			c->rsize[root] = 0;
+			return 0;
+		}
+	}
+	c->mode = MODE_TBD;
+	REQUIRE(push(c, root) == 0);
+	while (c->depth) {
+		uint32_t id = c->stack[c->depth - 1].id, next = c->stack[c->depth - 1].next;
+		int step;
+		switch (kind(b, id)) {
+		case K_STRUCT:
+		case K_UNION:
+			step = resolve_struct(c, id, next);
+			break;
+		case K_ARRAY:
+			step = resolve_array(c, id);
+			break;
+		case K_FUNC:
+			step = resolve_func(c, id);
+			break;
+		case K_DECL_TAG:
+			step = resolve_decl_tag(c, id);
+			break;
+		case K_DATASEC:
+			step = resolve_datasec(c, id, next);
+			break;
+		default:                /* PTR, modifiers, VAR */
+			step = resolve_reference(c, id);
+		}
+		REQUIRE(step == 0);
+	}
+	return resolve_valid(c, root);
+}
+
+/* check_func_proto: the return type and the arguments. */
+static int check_func_proto(struct checker *c, uint32_t id)
+{
+	const struct blob *b = c->b;
+	uint32_t ret = type(b, id), nargs = vlen(b, id), sid, ssize;
+
+	if (ret) {
+		REQUIRE(valid_id(c, ret) && !in(SOURCE_ONLY, kind(b, ret)));
+		if (in(NEEDS_RESOLVE, kind(b, ret)) && !resolved(c, ret))
+			REQUIRE(resolve(c, ret) == 0);
+		REQUIRE(id_size(c, ret, &sid, &ssize));
+	}
+	if (nargs && !entry(b, id, nargs - 1, 1)) {     /* varargs: void, unnamed */
+		REQUIRE(!b->strings[entry(b, id, nargs - 1, 0)]);
+		nargs--;
+	}
+	for (uint32_t i = 0; i < nargs; i++) {
+		const char *n = (const char *)b->strings + entry(b, id, i, 0);
+		uint32_t arg = entry(b, id, i, 1);
+		REQUIRE(valid_id(c, arg) && !in(SOURCE_ONLY, kind(b, arg)));
+		REQUIRE(!*n || identifier(n));
+		if (in(NEEDS_RESOLVE, kind(b, arg)) && !resolved(c, arg))
+			REQUIRE(resolve(c, arg) == 0);
+		REQUIRE(id_size(c, arg, &sid, &ssize));
+	}
+	return 0;
+}
+
+/* check_type_tags: in every chain of modifiers, type tags come first. */
+static int check_type_tags(const struct checker *c)
+{
+	const struct blob *b = c->b;
+	uint32_t good_id = 0;
+	for (uint32_t id = 1; id < (uint32_t)b->n; id++) {
+		uint32_t cur = id;
+		int k = kind(b, id), in_tags = k == K_TYPE_TAG, limit = MAX_RESOLVE_DEPTH;
+		if (!in(MODIFIERS, k))
+			continue;
+		while (in(MODIFIERS, k)) {
+			REQUIRE(limit--);
+			REQUIRE(k != K_TYPE_TAG || in_tags);
+			in_tags = in_tags && k == K_TYPE_TAG;
+			if (cur <= good_id)
+				break;
+			cur = type(b, cur);
+			REQUIRE(valid_id(c, cur));
+			k = kind(b, cur);
+		}
+		good_id = id;
+	}
+	return 0;
+}
+
+/* _Checker.run: every type on its own, then references, then type tags. */
+static int check(struct checker *c)
+{
+	const struct blob *b = c->b;
+	REQUIRE((uint32_t)b->n <= BTF_MAX_TYPE);
+	for (uint32_t id = 1; id < (uint32_t)b->n; id++)
+		REQUIRE(meta(b, id) == 0);
+	for (uint32_t id = 1; id < (uint32_t)b->n; id++) {
+		int k = kind(b, id);
+		if (in(NEEDS_RESOLVE, k) && !resolved(c, id))
+			REQUIRE(resolve(c, id) == 0);
+		if (k == K_FUNC_PROTO)
+			REQUIRE(check_func_proto(c, id) == 0);
+	}
+	return check_type_tags(c);
+}
+
+/* Whether indexed blob ``b`` passes for a target of ``ptr_size``-byte pointers. */
+static int accepted(const struct blob *b, uint32_t ptr_size)
+{
+	struct checker c = {.b = b, .ptr_size = ptr_size};
+	int ok = 0;
+
+	c.state = PyMem_Calloc(b->n, 1);
+	c.rid = PyMem_Calloc(b->n, sizeof(*c.rid));
+	c.rsize = PyMem_Calloc(b->n, sizeof(*c.rsize));
+	if (c.state && c.rid && c.rsize)
+		ok = check(&c) == 0;
+	PyMem_Free(c.state);
+	PyMem_Free(c.rid);
+	PyMem_Free(c.rsize);
+	return ok;
+}
+
+/* ==== the module ==== */
+
 static PyObject *hashes(PyObject *self, PyObject *args)
 {
 	Py_buffer raw;
 	int big;
-	struct blob b;
-	PyObject *out = NULL;
+	struct blob b = {0};
+	PyObject *out;
 
+	(void)self;
 	if (!PyArg_ParseTuple(args, "y*p", &raw, &big))
 		return NULL;
-	memset(&b, 0, sizeof(b));
 	b.big = big;
-	if (index_types(&b, raw.buf, raw.len) < 0)
-		goto none;
-	b.hashes = PyMem_Calloc(b.n, sizeof(*b.hashes));
-	b.flags = PyMem_Calloc(b.n, 1);
-	b.state = PyMem_Calloc(b.n, 1);
-	b.digest = PyMem_Calloc(b.n, sizeof(*b.digest));
-	b.buf = PyMem_Calloc(MAX_DEPTH, sizeof(*b.buf));
-	b.cap = PyMem_Calloc(MAX_DEPTH, sizeof(*b.cap));
-	if (!b.hashes || !b.flags || !b.state || !b.digest || !b.buf || !b.cap)
-		goto none;
-	for (Py_ssize_t id = 1; id < b.n; id++)
-		if (!b.state[id] && hash_type(&b, id, 0) < 0)
-			goto none;
-	out = result(&b);
-	release(&b);
+	out = index_types(&b, raw.buf, raw.len) == 0 ? hash_blob(&b) : Py_NewRef(Py_None);
+	PyMem_Free(b.at);
 	PyBuffer_Release(&raw);
 	return out;
-none:
-	release(&b);
+}
+
+static PyObject *accepts(PyObject *self, PyObject *args)
+{
+	Py_buffer raw;
+	int big, ok = 0;
+	unsigned int ptr_size;
+	struct blob b = {0};
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "y*pI", &raw, &big, &ptr_size))
+		return NULL;
+	b.big = big;
+	if ((ptr_size == 4 || ptr_size == 8) && index_types(&b, raw.buf, raw.len) == 0)
+		ok = accepted(&b, ptr_size);
+	PyMem_Free(b.at);
 	PyBuffer_Release(&raw);
-	Py_RETURN_NONE;
+	return PyBool_FromLong(ok);
 }
 
 static PyMethodDef methods[] = {
 	{"hashes", hashes, METH_VARARGS,
 	 "hashes(blob, big_endian) -> (hashes, flags) as hashing.type_hashes gives them "
-	 "for the model the blob was written from, or None to hash the model instead."},
+	 "for the blob's model, or None: hash the model instead."},
+	{"accepts", accepts, METH_VARARGS,
+	 "accepts(blob, big_endian, ptr_size) -> True if validate.first_problem finds "
+	 "nothing in the blob's model; False: ask it."},
 	{NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
 	PyModuleDef_HEAD_INIT, "objbtf.btf._blob",
-	"hashing.py's type hashes of a written .BTF blob, in C.", -1, methods,
+	"Type hashes and the kernel's checks of a .BTF blob, in C.", -1, methods,
+	NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__blob(void)

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .. import c_extension
 from ..errors import shown
 from .errors import BtfError
 from .header import BtfHeader, header_len, magic_order
@@ -43,6 +44,9 @@ from .kinds import (
 from .reader import read_leniently
 from .strings import StringReader
 from .types import Btf, BtfType, Member, Param, VarSecinfo, VOID
+
+#: objbtf.btf._blob, when the compiled build runs.
+_C: Final = c_extension('objbtf.btf._blob')
 
 BTF_MAX_SIZE: Final = 16 * 1024 * 1024
 BTF_MAX_TYPE: Final = 0xfffff
@@ -96,6 +100,16 @@ def first_problem(btf: Btf, linux_6_1: bool = False, ptr_size: int = 0) -> Probl
     """The first problem ``validate`` finds, or None."""
     problems = validate(btf, linux_6_1, ptr_size)
     return problems[0] if problems else None
+
+
+def first_problem_of_blob(btf: Btf, raw: bytes, ptr_size: int) -> Problem | None:
+    """``first_problem(btf, ptr_size=ptr_size)`` for base BTF of the
+    kernel's kinds whose blob is ``raw``: None at once where the compiled
+    build's C check (``_blob.c``) accepts ``raw``, else the model's check,
+    which says what is wrong."""
+    if _C is not None and _C.accepts(raw, btf.byteorder == 'big', ptr_size):
+        return None
+    return first_problem(btf, ptr_size=ptr_size)
 
 
 #: The spellings of ``long`` and ``unsigned long`` a compiler may give an INT.

@@ -1,26 +1,35 @@
-"""The type hashes in C (objbtf/btf/_blob.c) against hashing.py's.
+"""The per-object passes in C (objbtf/btf/_blob.c) against the Python ones.
 
-The compiled build hashes an object's types from the blob the writer made
-of them, in C, and must give what ``type_hashes`` gives for the model: the
-same hash and flags for every type id.  Where the C code gives up (a kind it
-does not know, a name outside the string section, a reference chain deeper
-than its stack) it returns None and ``blob_hashes`` hashes the model.
+The compiled build hashes and checks an object's types on the blob the
+writer made of them, in C.  The hashes must be what ``type_hashes`` gives
+for the model: the same hash and flags for every type id.  The check may
+refuse what ``first_problem`` accepts (then the Python check runs), never
+the other way round: every blob it accepts must have a model in which
+``first_problem`` finds nothing.  Where the C code gives up (a kind it does
+not know, a name outside the string section, a reference chain deeper than
+its stack) the Python code decides.
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from conftest import C_FIXTURES, compile_c
+from fixtures.btf import inputs
+from test_validate import ACCEPTED, REJECTED, fits, mutate_randomly, mutated
 
 import objbtf
-from objbtf.btf import hashing
+from objbtf.btf import hashing, validate
+from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import UNMERGEABLE, blob_hashes, type_hashes
 from objbtf.btf.kinds import Kind
+from objbtf.btf.reader import parse_btf
 from objbtf.btf.types import (
     Btf, BtfType, Enumerator, Member, Param, VarSecinfo, gc_paused,
 )
+from objbtf.btf.validate import first_problem, first_problem_of_blob
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
 from objbtf.encode_file import _encode
@@ -39,12 +48,22 @@ SOURCES = ('kinds.c', 'scopes.c', 'tags.c', 'declared_enums.c')
 
 
 @pytest.fixture(scope='module')
-def c_hashes():
-    """The C hashing, which the compiled build must have."""
-    if hashing._C is None:
-        pytest.fail(f'objbtf runs {objbtf.implementation()}, without the C type hashes: '
+def c_passes():
+    """objbtf.btf._blob, which the compiled build must have."""
+    if hashing._C is None or validate._C is None:
+        pytest.fail(f'objbtf runs {objbtf.implementation()}, without the C passes: '
                     'install it compiled (scripts/install.sh)')
-    return hashing._C.hashes
+    return hashing._C
+
+
+@pytest.fixture(scope='module')
+def c_hashes(c_passes):
+    return c_passes.hashes
+
+
+@pytest.fixture(scope='module')
+def c_accepts(c_passes):
+    return c_passes.accepts
 
 
 def assert_same_hashes(c_hashes, btf: Btf, raw: bytes, what: object) -> None:
@@ -55,13 +74,17 @@ def assert_same_hashes(c_hashes, btf: Btf, raw: bytes, what: object) -> None:
     assert bytes(ours[1]) == bytes(flags), what
 
 
-def assert_object_hashes(c_hashes, path: Path) -> bool:
-    """Whether ``path`` had BTF to encode; if so, the C hashes are the model's."""
+def assert_object_passes(c_passes, path: Path) -> bool:
+    """Whether ``path`` had BTF to encode; if so, the C hashes are the
+    model's, and the C check accepts it, as the model's does."""
     with ElfFile.open(str(path)) as elf:
         encoded = _encode(elf, Features(), str(path))
+        ptr_size = elf.pointer_size
     if encoded is None:
         return False
-    assert_same_hashes(c_hashes, encoded.btf, encoded.raw, path)
+    assert_same_hashes(c_passes.hashes, encoded.btf, encoded.raw, path)
+    assert first_problem(encoded.btf, ptr_size=ptr_size) is None
+    assert c_passes.accepts(encoded.raw, encoded.btf.byteorder == 'big', ptr_size), path
     return True
 
 
@@ -69,18 +92,18 @@ BUILDS = [(v, s) for v in VARIANTS for s in SOURCES if (v, s) != ('gcc-m32', 'ki
 
 
 @pytest.mark.parametrize('variant, source', BUILDS)
-def test_c_hashes_are_the_models_hashes(c_hashes, tmp_path, variant, source):
+def test_c_passes_on_compiled_objects(c_passes, tmp_path, variant, source):
     compiler, *flags = VARIANTS[variant]
     out = compile_c(compiler, C_FIXTURES / source, tmp_path / 'out.o', *flags)
-    assert assert_object_hashes(c_hashes, out)
+    assert assert_object_passes(c_passes, out)
 
 
-def test_c_hashes_of_every_kernel_object(c_hashes, kernel_build):
+def test_c_passes_on_every_kernel_object(c_passes, kernel_build):
     """Every object of the reference kernel with DWARF (gcc, DWARF 5)."""
     objects = 0
     with gc_paused():
         for path in sorted(kernel_build.rglob('*.o')):
-            objects += assert_object_hashes(c_hashes, path)
+            objects += assert_object_passes(c_passes, path)
     assert objects > 800
 
 
@@ -163,3 +186,88 @@ def test_where_the_c_hashes_give_up_python_hashes(c_hashes, damage):
         info = int.from_bytes(raw[28:32], 'little')
         raw = raw[:28] + (info & ~(0x1f << 24) | 20 << 24).to_bytes(4, 'little') + raw[32:]
     assert c_hashes(raw, False) is None
+
+
+# -- the check: never accepting what the Python check refuses ------------------
+
+def c_verdict(c_accepts, btf: Btf, raw: bytes) -> bool:
+    return c_accepts(raw, btf.byteorder == 'big', 8)
+
+
+@pytest.mark.parametrize('name', sorted(REJECTED))
+def test_c_check_refuses_every_broken_rule(c_accepts, name):
+    """tests/test_validate.py's rules broken one at a time, which the kernel refuses."""
+    btf = mutated(REJECTED[name])
+    raw = encode_btf(btf)
+    assert first_problem(btf, ptr_size=8) is not None
+    assert not c_verdict(c_accepts, btf, raw)
+    assert first_problem_of_blob(btf, raw, 8) == first_problem(btf, ptr_size=8)
+
+
+def ascii_names(btf: Btf) -> bool:
+    return all(t.name.isascii() and all(not isinstance(e[0], str) or e[0].isascii()
+                                        for e in t.items) for _, t in btf.own())
+
+
+@pytest.mark.parametrize('name', sorted(ACCEPTED))
+def test_c_check_accepts_the_near_misses(c_accepts, name):
+    """tests/test_validate.py's near misses, which the kernel accepts: the C
+    check takes every one whose names are ASCII (others are Python's)."""
+    btf = mutated(ACCEPTED[name])
+    assert first_problem(btf, ptr_size=8) is None
+    assert c_verdict(c_accepts, btf, encode_btf(btf)) == ascii_names(btf)
+
+
+def test_c_check_on_random_field_mutations(c_accepts):
+    """One or two fields of the zoo's types set to interesting values: what
+    the C check accepts, the Python check accepts too, and the C check
+    takes most of what the Python one does."""
+    rng = random.Random(7)
+    both = python_only = tried = 0
+    while tried < 4000:
+        btf, _ = inputs.zoo()
+        for _ in range(rng.choice([1, 1, 2])):
+            mutate_randomly(rng, btf)
+        if not fits(btf):
+            continue
+        tried += 1
+        python = first_problem(btf, ptr_size=8) is None
+        c = c_verdict(c_accepts, btf, encode_btf(btf))
+        assert python or not c, f'case {tried}: C accepts, Python finds ' \
+            f'{first_problem(btf, ptr_size=8)}'
+        both += python and c
+        python_only += python and not c
+    assert both > 4 * python_only, (both, python_only)
+
+
+def byte_mutations(rng: random.Random, raw: bytes, count: int):
+    """``count`` copies of ``raw`` with one to three bytes changed past its header."""
+    for _ in range(count):
+        out = bytearray(raw)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            pos = rng.randrange(24, len(out))
+            out[pos] = rng.choice([0, 1, 0x7f, 0x80, 0xff, out[pos] ^ 1 << rng.randrange(8)])
+        yield bytes(out)
+
+
+@pytest.mark.parametrize('source', ['zoo', 'kernel/fork.o'])
+def test_c_check_on_random_byte_mutations(c_accepts, kernel_build, source):
+    """What the C check accepts parses, and the Python check finds nothing in it."""
+    if source == 'zoo':
+        raw = encode_btf(inputs.zoo()[0])
+    else:
+        with ElfFile.open(str(kernel_build / source)) as elf:
+            raw = _encode(elf, Features(), source).raw
+    rng = random.Random(source)
+    accepted = 0
+    for n, blob in enumerate(byte_mutations(rng, raw, 1500)):
+        if not c_accepts(blob, False, 8):
+            continue
+        accepted += 1
+        try:
+            btf = parse_btf(blob)
+        except BtfError as err:
+            pytest.fail(f'#{n}: C accepts a blob that does not parse: {err}')
+        assert first_problem(btf, ptr_size=8) is None, f'#{n}: C accepts, Python finds ' \
+            f'{first_problem(btf, ptr_size=8)}'
+    assert accepted > 100
