@@ -649,16 +649,23 @@ def fits(btf: Btf) -> bool:
     return all(a.key() == b.key() for (_, a), (_, b) in zip(btf.own(), again.own()))
 
 
-def test_random_field_mutations_agree_with_the_kernel(kernel_loader):
-    rng = random.Random(1)
-    mismatches, tried = [], 0
-    while tried < 600:
+def field_mutations(rng: random.Random, count: int):
+    """``count`` copies of the zoo, each with one or two fields set to
+    interesting values that the format can hold."""
+    made = 0
+    while made < count:
         btf, _ = inputs.zoo()
         for _ in range(rng.choice([1, 1, 2])):
             mutate_randomly(rng, btf)
-        if not fits(btf):
-            continue
-        tried += 1
+        if fits(btf):
+            made += 1
+            yield btf
+
+
+def test_random_field_mutations_agree_with_the_kernel(kernel_loader):
+    rng = random.Random(1)
+    mismatches, tried = [], 600
+    for btf in field_mutations(rng, tried):
         blob = encode_btf(btf)
         if bool(validate(btf)) != bool(validate_bytes(blob)):
             mismatches.append(f'model and bytes disagree: {validate(btf)} / {validate_bytes(blob)}')

@@ -466,12 +466,12 @@ static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 static int hash_type(struct hasher *h, uint32_t id, int depth)
 {
 	const struct blob *b = h->b;
-	struct out o = {&h->buf[depth], &h->cap[depth], 0, 0};
 	uint32_t nrefs = count_refs(b, id);
 	int k = kind(b, id);
 
 	if (depth >= MAX_NESTING)
 		return -1;
+	struct out o = {&h->buf[depth], &h->cap[depth], 0, 0};
 	h->state[id] = 1;
 	put_scalars(b, &o, id);
 	for (uint32_t i = 0; i < nrefs; i++) {
