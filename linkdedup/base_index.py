@@ -96,23 +96,26 @@ def group_digest(coarse: object) -> int:
 
 
 def _code_digest() -> bytes:
-    """The code an index's contents depend on: grouping (dedup), hashing, this."""
+    """The code an index's contents depend on: grouping (dedup), hashing
+    (and its C twin, whose hashes the compiled build takes), this."""
     h = blake2b(digest_size=16)
     for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
         h.update(module_code(module.__name__))
+    h.update(module_code('objbtf.btf._blob', '.c'))
     return h.digest()
 
 
-def module_code(name: str) -> bytes:
-    """The code of module ``name``: its source, found from its top package
-    (whose ``__init__.py`` is never compiled), or the compiled library when
+def module_code(name: str, suffix: str = '.py') -> bytes:
+    """The code of module ``name``: its source (``suffix``: a C
+    extension's is ``.c``), found from its top package (whose
+    ``__init__.py`` is never compiled), or the compiled library when
     installed without sources.  Not the module's own file: a compiled
     module's is mypyc's shim, the same bytes whatever the code, and its
     ``__file__`` depends on which module imported it first (a resident
     server's said objbtf/objbtf/btf/dedup...so, which is no file)."""
     top = sys.modules[name.partition('.')[0]].__file__
     assert top is not None          # a package's __init__.py, never compiled
-    source = Path(top).parent.parent / (name.replace('.', '/') + '.py')
+    source = Path(top).parent.parent / (name.replace('.', '/') + suffix)
     if source.exists():
         return source.read_bytes()
     return Path(native_lib() or source).read_bytes()

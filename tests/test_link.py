@@ -292,7 +292,7 @@ def test_a_process_reuses_its_indexed_base_until_the_base_changes(units, tmp_pat
 def test_base_index_key_follows_the_code_of_compiled_modules(tmp_path, monkeypatch):
     """The index's key covers the code it depends on: each module's source,
     found from its package, compiled or not (a compiled module's file is
-    mypyc's shim, the same bytes for any code)."""
+    mypyc's shim, the same bytes for any code), and a C extension's."""
     import sys
     import types
     import objbtf
@@ -311,6 +311,9 @@ def test_base_index_key_follows_the_code_of_compiled_modules(tmp_path, monkeypat
     assert module_code('toypkg.grouping') == b'another grouping'
     installed = Path(objbtf.__file__).parent / 'btf' / 'dedup.py'
     assert module_code('objbtf.btf.dedup') == installed.read_bytes()
+    # A C extension's source: the hashes in C (_blob.c) are the index's too.
+    (package / 'grouping.c').write_text('grouping in C')
+    assert module_code('toypkg.grouping', '.c') == b'grouping in C'
 
 
 def test_link_errors_name_the_file(tmp_path, units):
