@@ -112,13 +112,59 @@ static inline uint32_t size(const struct blob *b, uint32_t id)
 	return BIT(kind(b, id)) & SIZED ? word(b, b->at[id] + 8) : 0;
 }
 
+/* Word ``w`` of the fixed part after struct btf_type (kinds.py's ``fixed``). */
+static inline uint32_t fixed(const struct blob *b, uint32_t id, int w)
+{
+	return word(b, b->at[id] + 12 + 4 * w);
+}
+
 /* The model's ``type``: the size-or-type word, an ARRAY's element type. */
 static inline uint32_t type(const struct blob *b, uint32_t id)
 {
 	int k = kind(b, id);
 	if (k == K_ARRAY)
-		return word(b, b->at[id] + 12);
+		return fixed(b, id, 0);
 	return BIT(k) & SIZED ? 0 : word(b, b->at[id] + 8);
+}
+
+/* ARRAY's ``index_type`` and ``nelems``. */
+static inline uint32_t index_type(const struct blob *b, uint32_t id)
+{
+	return fixed(b, id, 1);
+}
+
+static inline uint32_t nelems(const struct blob *b, uint32_t id)
+{
+	return fixed(b, id, 2);
+}
+
+/* INT's ``encoding``, ``bit_offset`` and ``bits`` (its data word). */
+static inline uint32_t int_encoding(const struct blob *b, uint32_t id)
+{
+	return (fixed(b, id, 0) >> 24) & 0x0f;
+}
+
+static inline uint32_t int_offset(const struct blob *b, uint32_t id)
+{
+	return (fixed(b, id, 0) >> 16) & 0xff;
+}
+
+static inline uint32_t int_bits(const struct blob *b, uint32_t id)
+{
+	return fixed(b, id, 0) & 0xff;
+}
+
+/* The model's ``linkage``: FUNC's vlen, VAR's word. */
+static inline uint32_t linkage(const struct blob *b, uint32_t id)
+{
+	int k = kind(b, id);
+	return k == K_FUNC ? vlen(b, id) : k == K_VAR ? fixed(b, id, 0) : 0;
+}
+
+/* The model's ``component_idx``: DECL_TAG's, -1 for every other kind. */
+static inline int64_t component_idx(const struct blob *b, uint32_t id)
+{
+	return kind(b, id) == K_DECL_TAG ? (int32_t)fixed(b, id, 0) : -1;
 }
 
 /* Word ``w`` of entry ``i`` of type ``id``. */
@@ -126,6 +172,19 @@ static inline uint32_t entry(const struct blob *b, uint32_t id, uint32_t i, int 
 {
 	int k = kind(b, id);
 	return word(b, b->at[id] + 12 + 4 * (fixed_words[k] + entry_words[k] * i + w));
+}
+
+/* Struct or union member ``i``'s ``bit_offset`` and ``bitfield_size``
+ * (the offset word holds both when kind_flag is set). */
+static inline uint32_t member_offset(const struct blob *b, uint32_t id, uint32_t i)
+{
+	uint32_t off = entry(b, id, i, 2);
+	return kflag(b, id) ? off & 0xffffff : off;
+}
+
+static inline uint32_t member_bits(const struct blob *b, uint32_t id, uint32_t i)
+{
+	return kflag(b, id) ? entry(b, id, i, 2) >> 24 : 0;
 }
 
 /* The model's ``len(items)``. */
@@ -151,7 +210,7 @@ static int type_ok(const struct blob *b, const uint8_t *t, int kind)
 		return 0;
 	if (vlen && !entry_words[kind] && kind != K_FUNC)
 		return 0;
-	if (kind == K_INT && word(b, t + 12) & INT_RESERVED)
+	if (kind == K_INT && word(b, t + 12) & INT_RESERVED)   /* (not indexed yet) */
 		return 0;
 	if (kind == K_DATASEC)          /* its entries have no names */
 		return 1;
@@ -344,7 +403,7 @@ static uint32_t ref_at(const struct blob *b, uint32_t id, uint32_t i)
 {
 	switch (kind(b, id)) {
 	case K_ARRAY:
-		return word(b, b->at[id] + 12 + 4 * i);
+		return i ? index_type(b, id) : type(b, id);
 	case K_FUNC_PROTO:
 		return i ? entry(b, id, i - 1, 1) : word(b, b->at[id] + 8);
 	case K_STRUCT:
@@ -393,26 +452,9 @@ static int put_token(struct hasher *h, struct out *o, uint32_t ref, int depth)
 /* Appends Hasher._scalars: the type's own fields, then \x1d and its entries. */
 static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 {
-	const uint8_t *extra = b->at[id] + 12;
-	int k = kind(b, id);
+	int k = kind(b, id), is_int = k == K_INT;
 	uint32_t flag = kflag(b, id);
-	uint64_t encoding = 0, bit_offset = 0, bits = 0, nelems = 0, linkage = 0;
-	int64_t component_idx = -1;
 
-	if (k == K_INT) {
-		uint32_t v = word(b, extra);
-		encoding = (v >> 24) & 0x0f;
-		bit_offset = (v >> 16) & 0xff;
-		bits = v & 0xff;
-	} else if (k == K_ARRAY) {
-		nelems = word(b, extra + 8);
-	} else if (k == K_FUNC) {
-		linkage = vlen(b, id);
-	} else if (k == K_VAR) {
-		linkage = word(b, extra);
-	} else if (k == K_DECL_TAG) {
-		component_idx = (int32_t)word(b, extra);
-	}
 	put_int(o, k);
 	put_char(o, '\x1f');
 	put_str(o, name(b, id));
@@ -421,17 +463,17 @@ static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 	put_char(o, '\x1f');
 	put_uint(o, flag);
 	put_char(o, '\x1f');
-	put_uint(o, encoding);
+	put_uint(o, is_int ? int_encoding(b, id) : 0);
 	put_char(o, '\x1f');
-	put_uint(o, bit_offset);
+	put_uint(o, is_int ? int_offset(b, id) : 0);
 	put_char(o, '\x1f');
-	put_uint(o, bits);
+	put_uint(o, is_int ? int_bits(b, id) : 0);
 	put_char(o, '\x1f');
-	put_uint(o, nelems);
+	put_uint(o, k == K_ARRAY ? nelems(b, id) : 0);
 	put_char(o, '\x1f');
-	put_uint(o, linkage);
+	put_uint(o, linkage(b, id));
 	put_char(o, '\x1f');
-	put_int(o, component_idx);
+	put_int(o, component_idx(b, id));
 	put_char(o, '\x1d');
 	for (uint32_t i = 0; i < items(b, id); i++) {
 		if (i)
@@ -445,10 +487,9 @@ static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 			continue;
 		put_char(o, '\x1f');
 		if (BIT(k) & STRUCTS) {
-			uint32_t off = entry(b, id, i, 2);
-			put_uint(o, flag ? off & 0xffffff : off);
+			put_uint(o, member_offset(b, id, i));
 			put_char(o, '\x1f');
-			put_uint(o, flag ? off >> 24 : 0);
+			put_uint(o, member_bits(b, id, i));
 		} else if (k == K_ENUM) {
 			uint32_t v = entry(b, id, i, 1);
 			put_int(o, flag ? (int64_t)(int32_t)v : (int64_t)v);
@@ -637,12 +678,10 @@ static inline int valid_id(const struct checker *c, uint32_t id)
 static int members_meta(const struct blob *b, uint32_t id)
 {
 	uint64_t last = 0;
-	int union_ = kind(b, id) == K_UNION, bitfields = kflag(b, id);
+	int union_ = kind(b, id) == K_UNION;
 	for (uint32_t i = 0; i < vlen(b, id); i++) {
 		const char *n = (const char *)b->strings + entry(b, id, i, 0);
-		uint32_t mtype = entry(b, id, i, 1), off = entry(b, id, i, 2);
-		if (bitfields)
-			off &= 0xffffff;
+		uint32_t mtype = entry(b, id, i, 1), off = member_offset(b, id, i);
 		REQUIRE(!*n || identifier(n));
 		REQUIRE(mtype && mtype <= BTF_MAX_TYPE);
 		REQUIRE(!(union_ && off));
@@ -682,15 +721,13 @@ static int datasec_meta(const struct blob *b, uint32_t id)
 
 static int meta(const struct blob *b, uint32_t id)
 {
-	const uint8_t *t = b->at[id];
 	const char *n = name(b, id);
-	uint32_t st = word(b, t + 8), flag = kflag(b, id);
+	uint32_t st = word(b, b->at[id] + 8), flag = kflag(b, id);
 	int k = kind(b, id);
 
 	switch (k) {
 	case K_INT: {
-		uint32_t v = word(b, t + 12), encoding = (v >> 24) & 0x0f;
-		uint32_t nbits = (v & 0xff) + ((v >> 16) & 0xff);
+		uint32_t encoding = int_encoding(b, id), nbits = int_bits(b, id) + int_offset(b, id);
 		REQUIRE(nbits <= 128 && (nbits + 7) >> 3 <= st);
 		REQUIRE(encoding == 0 || encoding == 1 || encoding == 2 || encoding == 4);
 		REQUIRE(!flag);
@@ -709,7 +746,7 @@ static int meta(const struct blob *b, uint32_t id)
 		REQUIRE(st <= BTF_MAX_TYPE && *n);
 		return 0;
 	case K_ARRAY: {
-		uint32_t elem = word(b, t + 12), index = word(b, t + 16);
+		uint32_t elem = type(b, id), index = index_type(b, id);
 		REQUIRE(!*n && !flag);
 		REQUIRE(elem && elem <= BTF_MAX_TYPE && index && index <= BTF_MAX_TYPE);
 		return 0;
@@ -725,23 +762,21 @@ static int meta(const struct blob *b, uint32_t id)
 		REQUIRE(!st && identifier(n));
 		return 0;
 	case K_FUNC:
-		REQUIRE(identifier(n) && vlen(b, id) <= 1 && !flag);
+		REQUIRE(identifier(n) && linkage(b, id) <= 1 && !flag);
 		return 0;
 	case K_FUNC_PROTO:
 		REQUIRE(!*n && !flag);
 		return 0;
-	case K_VAR: {
-		uint32_t linkage = word(b, t + 12);
-		REQUIRE(!flag && identifier(n) && st && st <= BTF_MAX_TYPE && linkage <= 1);
+	case K_VAR:
+		REQUIRE(!flag && identifier(n) && st && st <= BTF_MAX_TYPE && linkage(b, id) <= 1);
 		return 0;
-	}
 	case K_DATASEC:
 		return datasec_meta(b, id);
 	case K_FLOAT:
 		REQUIRE(!flag && (st == 2 || st == 4 || st == 8 || st == 12 || st == 16));
 		return 0;
 	case K_DECL_TAG:                /* kind_flag: an attribute tag (Linux 6.13) */
-		REQUIRE(*n && (int32_t)word(b, t + 12) >= -1);
+		REQUIRE(*n && component_idx(b, id) >= -1);
 		return 0;
 	}
 	return -1;
@@ -822,19 +857,9 @@ static int id_size(const struct checker *c, uint32_t id, uint32_t *sid, uint32_t
 
 static int regular_int(const struct blob *b, uint32_t id)
 {
-	uint32_t v = word(b, b->at[id] + 12), bits = v & 0xff, nbytes = (bits + 7) >> 3;
-	return !(bits % 8) && !((v >> 16) & 0xff)
+	uint32_t bits = int_bits(b, id), nbytes = (bits + 7) >> 3;
+	return !(bits % 8) && !int_offset(b, id)
 		&& (nbytes == 1 || nbytes == 2 || nbytes == 4 || nbytes == 8 || nbytes == 16);
-}
-
-static inline uint32_t int_bits(const struct blob *b, uint32_t id)
-{
-	return word(b, b->at[id] + 12) & 0xff;
-}
-
-static inline uint32_t int_offset(const struct blob *b, uint32_t id)
-{
-	return (word(b, b->at[id] + 12) >> 16) & 0xff;
 }
 
 static int bits_fit(uint64_t struct_size, uint64_t bit_offset, uint64_t nbits)
@@ -857,14 +882,10 @@ static int member_sized(uint32_t s_size, uint32_t off, uint64_t msize)
 static int check_member(const struct checker *c, uint32_t sid, uint32_t i)
 {
 	const struct blob *b = c->b;
-	uint32_t mtype = entry(b, sid, i, 1), off = entry(b, sid, i, 2), nbits = 0;
-	uint32_t s_size = size(b, sid), msize;
+	uint32_t mtype = entry(b, sid, i, 1), off = member_offset(b, sid, i);
+	uint32_t nbits = member_bits(b, sid, i), s_size = size(b, sid), msize;
 	int bitfields = kflag(b, sid), k = kind(b, mtype);
 
-	if (bitfields) {
-		nbits = off >> 24;
-		off &= 0xffffff;
-	}
 	if (in(MODIFIERS, k)) {
 		REQUIRE(id_size(c, mtype, &mtype, &msize));
 		k = kind(b, mtype);
@@ -984,8 +1005,7 @@ static int resolve_struct(struct checker *c, uint32_t id, uint32_t start)
 static int resolve_array(struct checker *c, uint32_t id)
 {
 	const struct blob *b = c->b;
-	uint32_t index = word(b, b->at[id] + 16), elem = type(b, id);
-	uint32_t nelems = word(b, b->at[id] + 20), sid, ssize;
+	uint32_t index = index_type(b, id), elem = type(b, id), n = nelems(b, id), sid, ssize;
 	int first = needs_first(c, index);
 
 	if (first)
@@ -997,8 +1017,8 @@ static int resolve_array(struct checker *c, uint32_t id)
 		return first < 0 ? -1 : 0;
 	REQUIRE(id_size(c, elem, &sid, &ssize));
 	REQUIRE(kind(b, sid) != K_INT || regular_int(b, sid));
-	REQUIRE(!nelems || ssize <= U32 / nelems);
-	pop(c, sid, ssize * nelems);
+	REQUIRE(!n || ssize <= U32 / n);
+	pop(c, sid, ssize * n);
 	return 0;
 }
 
@@ -1017,7 +1037,7 @@ static int resolve_decl_tag(struct checker *c, uint32_t id)
 {
 	const struct blob *b = c->b;
 	uint32_t target = type(b, id);
-	int32_t component = (int32_t)word(b, b->at[id] + 12);
+	int64_t component = component_idx(b, id);
 
 	REQUIRE(valid_id(c, target) && in(DECL_TAG_TARGETS, kind(b, target)));
 	if (!sink(c, target) && !resolved(c, target))
@@ -1028,7 +1048,7 @@ static int resolve_decl_tag(struct checker *c, uint32_t id)
 		if (kind(b, target) == K_FUNC)
 			owner = type(b, target);
 		/* A FUNC's target that is no type counts as void: no components. */
-		REQUIRE(valid_id(c, owner) && (uint32_t)component < items(b, owner));
+		REQUIRE(valid_id(c, owner) && component < items(b, owner));
 	}
 	pop(c, target, 0);
 	return 0;
@@ -1069,7 +1089,7 @@ static int resolve_valid(const struct checker *c, uint32_t id)
 	else if (k == K_ARRAY) {
 		REQUIRE(id_size(c, type(b, id), &sid, &ssize));
 		REQUIRE(!in(MODIFIERS, kind(b, sid)));
-		REQUIRE(((uint64_t)word(b, b->at[id] + 20) * ssize & U32) == rsize);
+		REQUIRE(((uint64_t)nelems(b, id) * ssize & U32) == rsize);
 	} else
 		return -1;
 	return 0;
