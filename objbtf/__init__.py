@@ -20,9 +20,10 @@ COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objb
             'objbtf.elf.relocs', 'objbtf.encoder', 'objbtf.functions', 'objbtf.rules',
             'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
 #: The C extensions built with them (setup.py), each from its ``.c``, and
-#: used only when they are: the blob's hashes and kernel-rule check, and
-#: reader.py's DWARF decoder, in C.
-C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.dwarf._dies')
+#: used only when they are: the blob's hashes and kernel-rule check,
+#: reader.py's DWARF decoder, and the relocations' reading and applying,
+#: in C.
+C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.dwarf._dies', 'objbtf.elf._relocs')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the

@@ -16,8 +16,12 @@ from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCO
                      ELFDATA2LSB, ELFDATA2MSB, SHF_COMPRESSED, SHN_XINDEX,
                      SHT_DYNSYM, SHT_NOBITS, SHT_NULL, SHT_REL, SHT_RELA,
                      SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX)
+from .. import c_extension
 from ..files import file_identity, open_regular
 from .errors import ElfError
+
+#: objbtf.elf._relocs, when the compiled build runs.
+_C = c_extension('objbtf.elf._relocs')
 
 ByteOrder = Literal['little', 'big']
 _BYTE_ORDERS: dict[int, ByteOrder] = {ELFDATA2LSB: 'little', ELFDATA2MSB: 'big'}
@@ -413,8 +417,8 @@ class ElfFile:
     def relocations(self, sec: Section) -> list[Relocation]:
         """(offset, symbol index, type, addend) of every entry of a REL/RELA
         section; REL entries get addend 0 (theirs is in the target's bytes).
-        Read once: the encoder asks twice for .debug_info's (to relocate it,
-        then to place variables), which holds about 100,000 of them."""
+        Read once.  The compiled build reads the encoder's in C (``_relocs.c``:
+        relocs.apply_relocations and ``relocations_by_field``)."""
         rels = self._relocations.get(sec.index)
         if rels is None:
             rels = self._relocations[sec.index] = self._read_relocations(sec)
@@ -430,6 +434,14 @@ class ElfFile:
         rsec = self.reloc_section_for(target.index)
         if rsec is None:
             return {}
+        if _C is not None:
+            raw, nsyms = self.relocation_entries(rsec)
+            rela = rsec.type == SHT_RELA
+            found = _C.by_field(b'' if rela else self.section_view(target), raw, rela,
+                                self.elf_class == 64, self.byteorder == 'big', nsyms, width,
+                                types)
+            if found is not None:
+                return found
         rels = self.relocations(rsec)
         if rsec.type != SHT_REL:
             if types is None:
@@ -443,21 +455,26 @@ class ElfFile:
         return {off: (sym, int.from_bytes(data[off:off + width], byteorder))
                 for off, sym, _type, _addend in rels}
 
-    def _read_relocations(self, sec: Section) -> list[Relocation]:
+    def relocation_entries(self, sec: Section) -> tuple[bytes, int]:
+        """The entries of REL/RELA section ``sec`` as stored, and the size
+        of the symbol table they index, once the headers of both are checked."""
         if sec.type not in (SHT_REL, SHT_RELA):
             raise ElfError(f'section {sec.name} is not a relocation section')
-        layout = self.layout
-        st = layout.rela if sec.type == SHT_RELA else layout.rel
+        st = self.layout.rela if sec.type == SHT_RELA else self.layout.rel
         if sec.entsize != st.size or sec.size % st.size:
             raise ElfError(f'relocation section {sec.name}: entry size {sec.entsize} '
                            f'and size {sec.size}, expected multiples of {st.size}')
         nsyms = self._symbol_count(self._linked(sec, 'symbol table'))
+        return self._raw(sec.offset, sec.size), nsyms
+
+    def _read_relocations(self, sec: Section) -> list[Relocation]:
+        raw, nsyms = self.relocation_entries(sec)
+        layout = self.layout
         shift, mask = layout.sym_shift, layout.type_mask
-        raw = self._raw(sec.offset, sec.size)
         if sec.type == SHT_RELA:
-            rels = [(o, i >> shift, i & mask, a) for o, i, a in st.iter_unpack(raw)]
+            rels = [(o, i >> shift, i & mask, a) for o, i, a in layout.rela.iter_unpack(raw)]
         else:
-            rels = [(o, i >> shift, i & mask, 0) for o, i in st.iter_unpack(raw)]
+            rels = [(o, i >> shift, i & mask, 0) for o, i in layout.rel.iter_unpack(raw)]
         if rels and max(r[1] for r in rels) >= nsyms:
             k, r = next((k, r) for k, r in enumerate(rels) if r[1] >= nsyms)
             raise ElfError(f'relocation {k} of {sec.name} refers to symbol {r[1]}, '

@@ -9,9 +9,13 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL
+from .. import c_extension
+from .consts import EM_386, EM_AARCH64, EM_S390, EM_X86_64, SHT_REL, SHT_RELA
 from .errors import ElfError
 from .reader import ElfFile, Section
+
+#: objbtf.elf._relocs, when the compiled build runs.
+_C = c_extension('objbtf.elf._relocs')
 
 
 class RelocType(NamedTuple):
@@ -153,6 +157,10 @@ def apply_relocations(elf: ElfFile, target: Section) -> bytes:
     relsec = elf.reloc_section_for(target.index)
     if relsec is None:
         return data
+    if _C is not None:
+        patched = _applied_in_c(elf, data, relsec)
+        if patched is not None:
+            return patched
     rels = elf.relocations(relsec)
     if not rels:
         return data
@@ -165,6 +173,31 @@ def apply_relocations(elf: ElfFile, target: Section) -> bytes:
     _patch(buf, rels, values, _patch_table(elf, arch), relsec.type == SHT_REL,
            arch, relsec.name)
     return bytes(buf)
+
+
+def _applied_in_c(elf: ElfFile, data: bytes, relsec: Section) -> bytes | None:
+    """What apply_relocations returns, from the C code (``_relocs.c``),
+    or None where the Python code must decide, and say what is wrong."""
+    raw, nsyms = elf.relocation_entries(relsec)
+    if not raw:
+        return data
+    symtab = elf.symtab()
+    arch = ARCHES.get(elf.machine)
+    if symtab is None or relsec.link != symtab.index or arch is None:
+        return None
+    try:
+        values = [s.value for s in elf.symbols()]
+    except ElfError:
+        return None
+    return _C.apply(data, raw, relsec.type == SHT_RELA, elf.elf_class == 64,
+                    elf.byteorder == 'big', nsyms, values, _field_widths(elf, arch))
+
+
+def _field_widths(elf: ElfFile, arch: Arch) -> dict[int, int]:
+    """type -> the width of the field it fills, 0 for no-op types: the
+    C code's ``_patch_table``."""
+    return {num: 0 if patch is None else patch[2]
+            for num, patch in _patch_table(elf, arch).items()}
 
 
 def _patch(buf: bytearray, rels: list[tuple[int, int, int, int]], values: list[int],
