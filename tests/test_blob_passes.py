@@ -1,7 +1,9 @@
 """The per-object passes in C (objbtf/btf/_blob.c) against the Python ones.
 
-The compiled build hashes and checks an object's types on the blob the
-writer made of them, in C.  The hashes must be what ``type_hashes`` gives
+The compiled build writes an object's types into the blob, then hashes
+and checks them on it, in C.  The blob must be the Python writer's, byte
+for byte, with the same offsets, wherever the C writer writes one; where
+the Python writer raises, the C writer leaves it to it.  The hashes must be what ``type_hashes`` gives
 for the model: the same hash and flags for every type id.  The check may
 refuse what ``first_problem`` accepts (then the Python check runs), never
 the other way round: every blob it accepts must have a model in which
@@ -12,6 +14,7 @@ its stack) the Python code decides.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,7 @@ import objbtf
 from objbtf.btf import hashing, validate
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import UNMERGEABLE, blob_hashes, type_hashes
-from objbtf.btf.kinds import Kind
+from objbtf.btf.kinds import KINDS, Kind, KindRegistry
 from objbtf.btf.reader import parse_btf
 from objbtf.btf.types import (
     Btf, BtfType, Enumerator, Member, Param, VarSecinfo, gc_paused,
@@ -66,6 +69,26 @@ def c_accepts(c_passes):
     return c_passes.accepts
 
 
+#: The kernel's kinds in a registry of their own: ``encode_btf`` writes
+#: with the C writer only for ``KINDS`` itself, so this takes the Python one.
+PYTHON_WRITER_KINDS = KindRegistry(KINDS.infos)
+
+
+def python_blob(btf: Btf, offsets: list[int] | None = None, byteorder: str | None = None) -> bytes:
+    return encode_btf(btf, offsets, byteorder, kinds=PYTHON_WRITER_KINDS)
+
+
+def assert_python_writes(btf: Btf, raw: bytes, what: object) -> None:
+    """``raw``, which the compiled build wrote, is the Python writer's blob
+    of ``btf``, in both byte orders, with the same type offsets."""
+    assert raw == python_blob(btf), what
+    for byteorder in ('little', 'big'):
+        ours: list[int] = []
+        python: list[int] = []
+        assert encode_btf(btf, ours, byteorder) == python_blob(btf, python, byteorder), what
+        assert ours == python, what
+
+
 def assert_same_hashes(c_hashes, btf: Btf, raw: bytes, what: object) -> None:
     ours = c_hashes(raw, btf.byteorder == 'big')
     assert ours is not None, f'{what}: the C hashing gave up'
@@ -82,6 +105,7 @@ def assert_object_passes(c_passes, path: Path) -> bool:
         ptr_size = elf.pointer_size
     if encoded is None:
         return False
+    assert_python_writes(encoded.btf, encoded.raw, path)
     assert_same_hashes(c_passes.hashes, encoded.btf, encoded.raw, path)
     assert first_problem(encoded.btf, ptr_size=ptr_size) is None
     assert c_passes.accepts(encoded.raw, encoded.btf.byteorder == 'big', ptr_size), path
@@ -149,6 +173,13 @@ def every_field_table(byteorder: str) -> Btf:
 
 
 @pytest.mark.parametrize('byteorder', ['little', 'big'])
+def test_c_writer_on_every_kind_and_field(c_passes, byteorder):
+    btf = every_field_table(byteorder)
+    assert c_passes.write(btf.types, byteorder == 'big') is not None
+    assert_python_writes(btf, encode_btf(btf), byteorder)
+
+
+@pytest.mark.parametrize('byteorder', ['little', 'big'])
 def test_c_hashes_of_every_kind_and_field(c_hashes, byteorder):
     btf = every_field_table(byteorder)
     assert_same_hashes(c_hashes, btf, encode_btf(btf), byteorder)
@@ -186,6 +217,63 @@ def test_where_the_c_hashes_give_up_python_hashes(c_hashes, damage):
         info = int.from_bytes(raw[28:32], 'little')
         raw = raw[:28] + (info & ~(0x1f << 24) | 20 << 24).to_bytes(4, 'little') + raw[32:]
     assert c_hashes(raw, False) is None
+
+
+# -- the writer: the Python writer's bytes, or the Python writer's error -------
+
+#: Values the model's int fields may hold that the format's may not.
+UNFIT = [-1, -2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63, -2**63, 2**64, 2**70, 0x10000,
+         0x1000000, 255, 256]
+NAMES = ['', 'x', 'a\0b', '\udcff', 'é', 'x' * 600]
+FIELDS = ['kind', 'name', 'size', 'type', 'kflag', 'encoding', 'bit_offset', 'bits',
+          'index_type', 'nelems', 'linkage', 'component_idx', 'items', 'item']
+
+
+def unfit_mutation(rng: random.Random, t: BtfType) -> None:
+    """Set one field of ``t`` (or of one of its entries) to a value the
+    format may not hold, a name that is not UTF-8, a kind the kernel does
+    not know, or entries of the wrong shape."""
+    field = rng.choice(FIELDS)
+    if field == 'name':
+        t.name = rng.choice(NAMES)
+    elif field == 'kind':
+        t.kind = rng.choice([*Kind, 20, -1])
+    elif field == 'items':
+        t.items = rng.choice([(), (1, 2), (('x', 1),), tuple(t.items) * 40000])
+    elif field == 'item' and t.items:
+        items = list(t.items)
+        i = rng.randrange(len(items))
+        entry = list(items[i])
+        j = rng.randrange(len(entry))
+        entry[j] = rng.choice(NAMES) if isinstance(entry[j], str) else rng.choice(UNFIT)
+        items[i] = tuple(entry[:-1] if rng.random() < 0.1 else entry)
+        t.items = tuple(items)
+    elif field != 'item':
+        setattr(t, field, rng.choice(UNFIT))
+
+
+def test_c_writer_on_random_unfit_fields(c_passes):
+    """The zoo with one to three fields the format may not hold: the C
+    writer writes the Python writer's bytes, or, where the Python writer
+    raises, gives up (and encode_btf raises the Python writer's error)."""
+    rng = random.Random(11)
+    written = refused = 0
+    for n in range(3000):
+        btf, _ = inputs.zoo()
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            unfit_mutation(rng, btf.types[rng.randrange(1, len(btf.types))])
+        byteorder = rng.choice(['little', 'big'])
+        try:
+            python = python_blob(btf, None, byteorder)
+        except Exception as err:            # noqa: BLE001 (any error the writer raises)
+            refused += 1
+            assert c_passes.write(btf.types, byteorder == 'big') is None, f'#{n}: {err}'
+            with pytest.raises(type(err), match='^' + re.escape(str(err)) + '$'):
+                encode_btf(btf, None, byteorder)
+            continue
+        written += 1
+        assert encode_btf(btf, None, byteorder) == python, f'#{n}'
+    assert written > 1000 and refused > 300, (written, refused)
 
 
 # -- the check: never accepting what the Python check refuses ------------------

@@ -1,7 +1,9 @@
 /*
- * objbtf.btf._blob: two passes of the per-object step in C, over the .BTF
- * blob the writer made, for the compiled build.
+ * objbtf.btf._blob: three passes of the per-object step in C, which make
+ * the .BTF blob and read it, for the compiled build.
  *
+ * - write(): writer.encode_btf of base BTF of the kernel's kinds: the
+ *   same words and the same string section, strings in order of first use.
  * - hashes(): hashing.type_hashes of the model the blob was written from
  *   (or read into).  The same strings hashing.py formats, made from the
  *   blob's words, hashed with BLAKE2b in one call.
@@ -9,14 +11,15 @@
  *   (base BTF, the rules of kernels after 6.1).  The same checks in the same
  *   order, the kernel's walk of references included.
  *
- * Each was an eighth of an object's encode in Python (bench/RESULTS.md),
- * bound by the objects they read.  Neither explains anything: on what it
- * does not expect (a kind past ENUM64, a name or a type outside its
- * section, a name that is not ASCII, a reference chain too deep for the C
- * stack) hashes() returns None and accepts() False, and the Python code
- * decides on the model, with its own messages.  So accepts() may refuse
- * what the kernel would take, never the other way round
- * (tests/test_blob_passes.py checks both against the Python code).
+ * Each was an eighth of an object's encode in Python (bench/RESULTS.md).
+ * None explains anything: on what it does not expect (a value its field
+ * cannot hold, a name that is not UTF-8; a kind past ENUM64, a name or a
+ * type outside its section, a name that is not ASCII, a reference chain
+ * too deep for the C stack) write() and hashes() return None and accepts()
+ * False, and the Python code decides on the model, with its own messages.
+ * So accepts() may refuse what the kernel would take, never the other way
+ * round (tests/test_blob_passes.py checks all three against the Python
+ * code).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,6 +27,12 @@
 #include <string.h>
 
 #include "../blake2b.h"
+
+#if PY_BIG_ENDIAN
+#define HOST_BIG 1
+#else
+#define HOST_BIG 0
+#endif
 
 /* ==== the blob ==== */
 
@@ -1230,6 +1239,290 @@ static int accepted(const struct blob *b, uint32_t ptr_size)
 	return ok;
 }
 
+/* ==== write: writer.encode_btf, for base BTF of the kernel's kinds ==== */
+
+/* The model's attributes the writer reads (types.BtfType), interned. */
+enum {
+	A_KIND, A_NAME, A_SIZE, A_TYPE, A_KFLAG, A_ENCODING, A_BIT_OFFSET, A_BITS, A_INDEX_TYPE,
+	A_NELEMS, A_LINKAGE, A_COMPONENT_IDX, A_ITEMS, A_COUNT,
+};
+static const char *const attr_names[A_COUNT] = {
+	"kind", "name", "size", "type", "kflag", "encoding", "bit_offset", "bits", "index_type",
+	"nelems", "linkage", "component_idx", "items",
+};
+static PyObject *attrs[A_COUNT];
+
+/* The size-or-type word of each kind (kinds.py's KINDS): its size, 0, or its type. */
+#define SIZE_WORD (BIT(K_INT) | BIT(K_STRUCT) | BIT(K_UNION) | BIT(K_ENUM) | BIT(K_DATASEC) \
+		   | BIT(K_FLOAT) | BIT(K_ENUM64))
+#define ZERO_WORD BIT(K_ARRAY)
+
+/* The section being written: its words and its strings, laid out in
+ * order of first use (strings.StringTable), ``offsets`` by string. */
+struct writer {
+	uint32_t *words;
+	Py_ssize_t n, cap;
+	char *strings;
+	Py_ssize_t strings_len, strings_cap;
+	PyObject *offsets;
+	PyObject *starts;               /* each type's offset in the type section */
+};
+
+static int grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item)
+{
+	Py_ssize_t more = *cap ? *cap : 1024;
+	void *grown;
+
+	if (need <= *cap)
+		return 0;
+	while (more < need)
+		more *= 2;
+	if (!(grown = PyMem_Realloc(*buf, more * item)))
+		return -1;
+	*buf = grown;
+	*cap = more;
+	return 0;
+}
+
+static int emit(struct writer *w, uint64_t v)
+{
+	if (v > U32 || grow((void **)&w->words, &w->cap, w->n + 1, sizeof(*w->words)))
+		return -1;
+	w->words[w->n++] = (uint32_t)v;
+	return 0;
+}
+
+/* The exact value of int ``v``, or -1 for anything else (Python would
+ * raise, or does what the C code does not repeat). */
+static int exact(PyObject *v, int64_t *out)
+{
+	int overflow;
+
+	if (!v || !PyLong_Check(v))
+		return -1;
+	*out = PyLong_AsLongLongAndOverflow(v, &overflow);
+	return overflow || (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The low 64 bits of int ``v`` (what Python's ``v & mask`` keeps). */
+static int masked(PyObject *v, uint64_t *out)
+{
+	if (!v || !PyLong_Check(v))
+		return -1;
+	*out = PyLong_AsUnsignedLongLongMask(v);
+	return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* A word from int ``v``: it must fit as it is, as array('I') takes it. */
+static int emit_exact(struct writer *w, PyObject *v)
+{
+	int64_t x;
+
+	return exact(v, &x) || x < 0 ? -1 : emit(w, (uint64_t)x);
+}
+
+static int emit_attr(struct writer *w, PyObject *t, int attr)
+{
+	PyObject *v = PyObject_GetAttr(t, attrs[attr]);
+	int err = emit_exact(w, v);
+
+	Py_XDECREF(v);
+	return err;
+}
+
+static int attr_masked(PyObject *t, int attr, uint64_t *out)
+{
+	PyObject *v = PyObject_GetAttr(t, attrs[attr]);
+	int err = masked(v, out);
+
+	Py_XDECREF(v);
+	return err;
+}
+
+static int attr_exact(PyObject *t, int attr, int64_t *out)
+{
+	PyObject *v = PyObject_GetAttr(t, attrs[attr]);
+	int err = exact(v, out);
+
+	Py_XDECREF(v);
+	return err;
+}
+
+/* The offset of string ``s``, laid out on first use. */
+static int emit_string(struct writer *w, PyObject *s)
+{
+	PyObject *known, *off;
+	const char *utf8;
+	Py_ssize_t len, at = w->strings_len;
+
+	if (!PyUnicode_Check(s))
+		return -1;
+	known = PyDict_GetItemWithError(w->offsets, s);
+	if (known)
+		return emit_exact(w, known);
+	if (PyErr_Occurred() || !(utf8 = PyUnicode_AsUTF8AndSize(s, &len)))
+		return -1;      /* not UTF-8 (a surrogate): Python raises */
+	if (grow((void **)&w->strings, &w->strings_cap, at + len + 1, 1))
+		return -1;
+	memcpy(w->strings + at, utf8, len);
+	w->strings[at + len] = 0;
+	w->strings_len = at + len + 1;
+	off = PyLong_FromSsize_t(at);
+	if (!off || PyDict_SetItem(w->offsets, s, off)) {
+		Py_XDECREF(off);
+		return -1;
+	}
+	Py_DECREF(off);
+	return emit(w, (uint64_t)at);
+}
+
+/* ``items``' entries, each a tuple of ``len`` fields (0: any length). */
+static PyObject *const *entry_fields(PyObject *e, Py_ssize_t len)
+{
+	if (!PyTuple_Check(e) || (len && PyTuple_GET_SIZE(e) != len))
+		return NULL;
+	return &PyTuple_GET_ITEM(e, 0);
+}
+
+static int emit_entry(struct writer *w, PyObject *e, int kind, int bitfields)
+{
+	static const Py_ssize_t lens[K_LAST + 1] = {
+		[K_STRUCT] = 4, [K_UNION] = 4, [K_ENUM] = 2, [K_ENUM64] = 2, [K_FUNC_PROTO] = 2,
+	};
+	PyObject *const *f = entry_fields(e, lens[kind]);
+	int64_t off, bits;
+	uint64_t v;
+
+	if (!f)
+		return -1;
+	switch (kind) {
+	case K_STRUCT:
+	case K_UNION:
+		if (emit_string(w, f[0]) || emit_exact(w, f[1]))
+			return -1;
+		if (!bitfields)
+			return emit_exact(w, f[2]);
+		if (exact(f[2], &off) || exact(f[3], &bits) || off < 0 || bits < 0 || bits > 0xff)
+			return -1;
+		return emit(w, (uint64_t)bits << 24 | (uint64_t)off);
+	case K_ENUM:
+		return emit_string(w, f[0]) || masked(f[1], &v) || emit(w, v & U32) ? -1 : 0;
+	case K_ENUM64:
+		return emit_string(w, f[0]) || masked(f[1], &v) || emit(w, v & U32)
+		       || emit(w, v >> 32) ? -1 : 0;
+	case K_FUNC_PROTO:
+		return emit_string(w, f[0]) || emit_exact(w, f[1]) ? -1 : 0;
+	default:                /* DATASEC: every field a word */
+		for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e); i++)
+			if (emit_exact(w, f[i]))
+				return -1;
+		return 0;
+	}
+}
+
+/* The words after struct btf_type that are not entries. */
+static int emit_fixed(struct writer *w, PyObject *t, int kind)
+{
+	uint64_t enc, off, bits;
+	int64_t idx;
+
+	switch (kind) {
+	case K_INT:
+		if (attr_masked(t, A_ENCODING, &enc) || attr_masked(t, A_BIT_OFFSET, &off)
+		    || attr_masked(t, A_BITS, &bits))
+			return -1;
+		return emit(w, (enc & 0x0f) << 24 | (off & 0xff) << 16 | (bits & 0xff));
+	case K_ARRAY:
+		return emit_attr(w, t, A_TYPE) || emit_attr(w, t, A_INDEX_TYPE)
+		       || emit_attr(w, t, A_NELEMS) ? -1 : 0;
+	case K_VAR:
+		return emit_attr(w, t, A_LINKAGE);
+	case K_DECL_TAG:
+		if (attr_exact(t, A_COMPONENT_IDX, &idx) || idx < -((int64_t)1 << 31)
+		    || idx >= (int64_t)1 << 31)
+			return -1;
+		return emit(w, (uint64_t)idx & U32);
+	default:
+		return 0;
+	}
+}
+
+/* One type: struct btf_type, then its fixed words and its entries. */
+static int emit_type(struct writer *w, PyObject *t)
+{
+	PyObject *items = PyObject_GetAttr(t, attrs[A_ITEMS]), *name = NULL;
+	int64_t kind, kflag, vlen;
+	int err = -1;
+
+	if (!items || !PyTuple_Check(items) || attr_exact(t, A_KIND, &kind) || kind < 0
+	    || kind > K_LAST || attr_exact(t, A_KFLAG, &kflag))
+		goto out;
+	if (kind == K_FUNC) {
+		if (attr_exact(t, A_LINKAGE, &vlen))
+			goto out;
+	} else {
+		vlen = PyTuple_GET_SIZE(items);
+	}
+	if (vlen > 0xffff || !(name = PyObject_GetAttr(t, attrs[A_NAME])) || emit_string(w, name)
+	    || emit(w, ((uint64_t)kflag & 1) << 31 | (uint64_t)kind << 24
+		    | ((uint64_t)vlen & 0xffff)))
+		goto out;
+	if (BIT(kind) & ZERO_WORD ? emit(w, 0)
+	    : emit_attr(w, t, BIT(kind) & SIZE_WORD ? A_SIZE : A_TYPE))
+		goto out;
+	if (emit_fixed(w, t, (int)kind))
+		goto out;
+	if (entry_words[kind])
+		for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++)
+			if (emit_entry(w, PyTuple_GET_ITEM(items, i), (int)kind, kflag != 0))
+				goto out;
+	err = 0;
+out:
+	Py_XDECREF(name);
+	Py_XDECREF(items);
+	return err;
+}
+
+/* The type section, the string section and each type's offset of the
+ * types after void in ``types``; None where the Python writer decides. */
+static PyObject *write_types(PyObject *types, int big)
+{
+	struct writer w = {0};
+	PyObject *key = PyUnicode_FromStringAndSize("", 0), *zero = PyLong_FromLong(0);
+	PyObject *out = NULL;
+	int failed;
+
+	w.offsets = PyDict_New();
+	w.starts = PyList_New(0);
+	failed = !key || !zero || !w.offsets || !w.starts
+		 || PyDict_SetItem(w.offsets, key, zero) || grow((void **)&w.strings,
+							    &w.strings_cap, 1, 1);
+	if (!failed)
+		w.strings[w.strings_len++] = 0;
+	for (Py_ssize_t i = 1; !failed && i < PyList_GET_SIZE(types); i++) {
+		PyObject *start = PyLong_FromSsize_t(w.n * 4);
+
+		failed = !start || PyList_Append(w.starts, start)
+			 || emit_type(&w, PyList_GET_ITEM(types, i));
+		Py_XDECREF(start);
+	}
+	if (!failed) {
+		if (big != HOST_BIG)
+			for (Py_ssize_t i = 0; i < w.n; i++)
+				w.words[i] = __builtin_bswap32(w.words[i]);
+		out = Py_BuildValue("(y#y#O)", w.n ? (const char *)w.words : "", w.n * 4,
+				    w.strings, w.strings_len, w.starts);
+	}
+	PyErr_Clear();          /* whatever went wrong, Python says what */
+	PyMem_Free(w.words);
+	PyMem_Free(w.strings);
+	Py_XDECREF(w.offsets);
+	Py_XDECREF(w.starts);
+	Py_XDECREF(key);
+	Py_XDECREF(zero);
+	return out ? out : Py_NewRef(Py_None);
+}
+
 /* ==== the module ==== */
 
 static PyObject *hashes(PyObject *self, PyObject *args)
@@ -1267,6 +1560,17 @@ static PyObject *accepts(PyObject *self, PyObject *args)
 	return PyBool_FromLong(ok);
 }
 
+static PyObject *write_blob(PyObject *self, PyObject *args)
+{
+	PyObject *types;
+	int big;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &types, &big))
+		return NULL;
+	return write_types(types, big);
+}
+
 static PyMethodDef methods[] = {
 	{"hashes", hashes, METH_VARARGS,
 	 "hashes(blob, big_endian) -> (hashes, flags) as hashing.type_hashes gives them "
@@ -1274,16 +1578,22 @@ static PyMethodDef methods[] = {
 	{"accepts", accepts, METH_VARARGS,
 	 "accepts(blob, big_endian, ptr_size) -> True if validate.first_problem finds "
 	 "nothing in the blob's model; False: ask it."},
+	{"write", write_blob, METH_VARARGS,
+	 "write(types, big_endian) -> (type section, string section, each type's offset) "
+	 "as writer.encode_btf lays out the base BTF of types[1:], or None: let it decide."},
 	{NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
 	PyModuleDef_HEAD_INIT, "objbtf.btf._blob",
-	"Type hashes and the kernel's checks of a .BTF blob, in C.", -1, methods,
+	"A .BTF blob written, hashed and checked against the kernel's rules, in C.", -1, methods,
 	NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__blob(void)
 {
+	for (int i = 0; i < A_COUNT; i++)
+		if (!attrs[i] && !(attrs[i] = PyUnicode_InternFromString(attr_names[i])))
+			return NULL;
 	return PyModule_Create(&module);
 }

@@ -11,6 +11,7 @@ from array import array
 from collections.abc import Callable
 from typing import Final
 
+from .. import c_extension
 from .errors import BtfError
 from .header import BtfHeader
 from .kinds import (
@@ -21,6 +22,8 @@ from .kinds import (
 from .strings import StringTable
 from .types import Btf, BtfType
 
+#: objbtf.btf._blob, when the compiled build runs.
+_C: Final = c_extension('objbtf.btf._blob')
 #: Appends what follows a type's common header, as 32-bit words.
 Extra = Callable[[list, BtfType, StringTable], None]
 
@@ -30,7 +33,8 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
     """The raw BTF blob of ``btf``: header, type section, string section.
 
     Strings are laid out in order of first use, so equal tables give equal
-    bytes.  Split BTF refers to its base's strings where the base has them.
+    bytes.  The compiled build writes base BTF of the kernel's kinds in C
+    (``_blob.c``), and leaves what it does not expect to the code below.  Split BTF refers to its base's strings where the base has them.
     ``offsets``, if given, receives each own type's offset in the type
     section, in id order (the encoder places relocations with them).
     ``byteorder`` ('little' or 'big') defaults to the table's own.
@@ -38,6 +42,13 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
     A value the format cannot hold raises BtfError.
     """
     order = byteorder or btf.byteorder
+    if _C is not None and btf.base is None and kinds is KINDS:
+        written = _C.write(btf.types, order == 'big')
+        if written is not None:
+            section, sdata, at = written
+            if offsets is not None:
+                offsets += at
+            return BtfHeader.for_sections(order, len(section), len(sdata)).pack() + section + sdata
     if btf.base is not None:
         if btf.base.strings is None:
             raise BtfError('split BTF needs a base read from bytes')
