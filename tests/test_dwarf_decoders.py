@@ -58,11 +58,21 @@ def c_units(c_decoder, secs: DebugSections) -> list[CompileUnit] | None:
                                 secs.str_offsets, secs.loclists, secs.byteorder == 'big')
 
 
-def die_shape(die: Die) -> tuple:
+def values_shape(values) -> tuple:
     # Types too: True == 1, but DW_FORM_flag_present gives True, DW_FORM_flag an int.
-    return (die.offset, die.tag, die.top,
-            tuple((attr, type(v).__name__, v) for attr, v in die.attrs.items()),
-            tuple(c.offset for c in die.children))
+    return tuple((type(v).__name__, v) for v in values)
+
+
+def item_shape(item: tuple) -> tuple:
+    """A member or enumerator (reader.ITEM_ATTRS): its values, and the DIEs under it."""
+    *values, children = item
+    return values_shape(values), type(children).__name__, tuple(c.offset for c in children)
+
+
+def die_shape(die: Die) -> tuple:
+    return (die.offset, die.tag, die.top, tuple(die.attrs), values_shape(die.attrs.values()),
+            type(die.children).__name__, tuple(c.offset for c in die.children),
+            type(die.items).__name__, tuple(item_shape(i) for i in die.items))
 
 
 def shape(units: list[CompileUnit]) -> list[tuple]:

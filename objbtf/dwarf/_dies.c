@@ -3,7 +3,8 @@
  *
  * It makes the same Die and CompileUnit objects as reader.py's decoder,
  * attribute for attribute: the same DIEs kept (the sets reader.py hands to
- * init()), the same values and conversions.  It only takes the well-formed
+ * init()), the same items (members, enumerators), the same values and
+ * conversions.  It only takes the well-formed
  * path: at anything it does not expect (a truncated or damaged section, a
  * form it does not decode, a value past 64 bits, an index outside its
  * section) it returns None, and reader.py's decoder decodes the sections
@@ -83,6 +84,16 @@ static uint8_t type_tags[BITMAP_BITS / 8], child_tags[BITMAP_BITS / 8], top_tags
 static uint8_t wanted_attrs[BITMAP_BITS / 8];
 static PyObject *die_type, *unit_type, *expr_type;
 static uint64_t annotation_tag;
+
+/* reader.ITEM_ATTRS: the children kept as items, and the attributes of each. */
+#define MAX_ITEM_TAGS 4
+#define MAX_ITEM_ATTRS 8
+static struct {
+	uint64_t tag;
+	int count;
+	uint64_t attrs[MAX_ITEM_ATTRS];
+} items[MAX_ITEM_TAGS];
+static int nitems;
 
 /* reader._FORMS_OF: the forms an attribute may have. */
 #define MAX_RULES 8
@@ -173,17 +184,52 @@ static int form_allowed(uint64_t attr, uint64_t form)
 	return 1;
 }
 
+/* items[] from reader.ITEM_ATTRS: tag -> tuple of attributes. */
+static int fill_items(PyObject *item_attrs)
+{
+	PyObject *tag, *attrs;
+	Py_ssize_t pos = 0;
+
+	nitems = 0;
+	while (PyDict_Next(item_attrs, &pos, &tag, &attrs)) {
+		Py_ssize_t n = PyTuple_Check(attrs) ? PyTuple_GET_SIZE(attrs) : -1;
+
+		if (nitems == MAX_ITEM_TAGS || n < 0 || n > MAX_ITEM_ATTRS) {
+			PyErr_SetString(PyExc_ValueError, "ITEM_ATTRS does not fit _dies.c's table");
+			return -1;
+		}
+		items[nitems].tag = PyLong_AsUnsignedLongLong(tag);
+		items[nitems].count = (int)n;
+		for (Py_ssize_t i = 0; i < n; i++)
+			items[nitems].attrs[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(attrs, i));
+		if (PyErr_Occurred())
+			return -1;
+		nitems++;
+	}
+	return 0;
+}
+
+/* The index of ``tag`` in items[], or -1 if it is not an item's. */
+static int item_of(uint64_t tag)
+{
+	for (int i = 0; i < nitems; i++)
+		if (items[i].tag == tag)
+			return i;
+	return -1;
+}
+
 static PyObject *init(PyObject *self, PyObject *args)
 {
-	PyObject *die, *unit, *expr, *types, *children, *tops, *wanted, *forms_of;
+	PyObject *die, *unit, *expr, *types, *children, *tops, *wanted, *forms_of, *item_attrs;
 	unsigned long long annotation;
 
-	if (!PyArg_ParseTuple(args, "OOOOOOOO!K:init", &die, &unit, &expr, &types, &children,
-			      &tops, &wanted, &PyDict_Type, &forms_of, &annotation))
+	if (!PyArg_ParseTuple(args, "OOOOOOOO!KO!:init", &die, &unit, &expr, &types, &children,
+			      &tops, &wanted, &PyDict_Type, &forms_of, &annotation, &PyDict_Type,
+			      &item_attrs))
 		return NULL;
 	if (fill_bitmap(type_tags, types) || fill_bitmap(child_tags, children)
 	    || fill_bitmap(top_tags, tops) || fill_bitmap(wanted_attrs, wanted)
-	    || fill_rules(forms_of))
+	    || fill_rules(forms_of) || fill_items(item_attrs))
 		return NULL;
 	Py_INCREF(die);
 	Py_INCREF(unit);
@@ -748,21 +794,101 @@ static PyObject *attributes(struct unit *u, const struct abbrev *ab, const struc
 	return attrs;
 }
 
-/* The open parents: the kept Die and its children list, or NULLs. */
+/* The item reader.py makes of a child of ``items[which]``'s tag: (tag,
+ * each of its attributes' values or None, ``kids``).  Every wanted
+ * attribute is converted, as the Python decoder's attrs dict has them all;
+ * NULL, with or without an exception set, where attributes() fails. */
+static PyObject *item(struct unit *u, const struct abbrev *ab, const struct raw *raws,
+		      int which, PyObject *kids)
+{
+	int n = items[which].count;
+	PyObject *out = PyTuple_New(n + 2), *tag;
+
+	if (!out)
+		return NULL;
+	for (int k = 0; k < n; k++)
+		PyTuple_SET_ITEM(out, k + 1, Py_NewRef(Py_None));
+	PyTuple_SET_ITEM(out, n + 1, Py_NewRef(kids));
+	if (!(tag = PyLong_FromUnsignedLongLong(ab->tag)))
+		goto fail;
+	PyTuple_SET_ITEM(out, 0, tag);
+	for (Py_ssize_t i = 0; i < ab->count; i++) {
+		const struct spec *sp = &u->abbrevs.specs[ab->first + i];
+		PyObject *value;
+		int k;
+
+		if (!sp->wanted)
+			continue;
+		if (!form_allowed(sp->attr, sp->form) || !(value = convert(u, sp, &raws[i])))
+			goto fail;
+		for (k = 0; k < n && items[which].attrs[k] != sp->attr; k++)
+			;
+		if (k == n) {
+			Py_DECREF(value);       /* wanted, but not an item's: converted only */
+			continue;
+		}
+		Py_DECREF(PyTuple_GET_ITEM(out, k + 1));
+		PyTuple_SET_ITEM(out, k + 1, value);
+	}
+	return out;
+fail:
+	Py_DECREF(out);
+	return NULL;
+}
+
+/* An open parent: where a kept child goes (``children``; NULL: the parent
+ * is not kept), and where an item goes (``items``; NULL: under an item,
+ * whose children are DIEs). */
 struct open {
-	PyObject *die, *children;
+	PyObject *children, *items;
 };
+
+/* A kept DIE that is not an item: a Die, with lists of children and items
+ * if its abbreviation has children (``open`` gets them), into ``dies`` and
+ * ``by_offset`` unless it is the root; NULL on failure. */
+static PyObject *make_die(const struct abbrev *ab, Py_ssize_t die_off, PyObject *attrs, int top,
+			  struct open *open)
+{
+	PyObject *args[6] = {
+		PyLong_FromSsize_t(die_off), PyLong_FromUnsignedLongLong(ab->tag), attrs,
+		top ? Py_True : Py_False, NULL, NULL,
+	};
+	size_t nargs = 4;
+	PyObject *die = NULL;
+
+	*open = (struct open){NULL, NULL};
+	if (ab->has_children) {
+		open->children = args[4] = PyList_New(0);
+		open->items = args[5] = PyList_New(0);
+		nargs = 6;
+	}
+	if (args[0] && args[1] && (!ab->has_children || (args[4] && args[5])))
+		die = PyObject_Vectorcall(die_type, args, nargs, NULL);
+	Py_XDECREF(args[0]);
+	Py_XDECREF(args[1]);
+	if (!die) {
+		Py_CLEAR(open->children);
+		Py_CLEAR(open->items);
+	}
+	return die;
+}
+
+static void close_parent(struct open *open)
+{
+	Py_CLEAR(open->children);
+	Py_CLEAR(open->items);
+}
 
 static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 {
 	const struct section *s = u->info;
 	PyObject *dies = PyList_New(0), *by_offset = PyDict_New(), *root = NULL;
-	PyObject *result = NULL;
+	PyObject *result = NULL, *no_kids = PyTuple_New(0);
 	struct open *stack = NULL;
 	struct raw *raws = NULL;
 	Py_ssize_t depth = 0, cap = 0, nraws = 0;
 
-	if (!dies || !by_offset)
+	if (!dies || !by_offset || !no_kids)
 		goto out;
 	for (Py_ssize_t c = 0; c < u->abbrevs.codes; c++)
 		if (u->abbrevs.by_code[c].count > nraws)
@@ -775,22 +901,22 @@ static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 		Py_ssize_t die_off = pos;
 		uint64_t code;
 		const struct abbrev *ab;
-		PyObject *parent, *attrs, *args[4], *die, *children;
-		int keep, top;
+		const struct open *parent;
+		struct open opened = {NULL, NULL};
+		PyObject *attrs, *die, *key;
+		int keep, which;
 
 		if (read_uleb(s, &pos, &code))
 			goto out;
 		if (code == 0) {
-			if (depth) {
-				depth--;
-				Py_XDECREF(stack[depth].children);
-			}
+			if (depth)
+				close_parent(&stack[--depth]);
 			continue;
 		}
 		if (code >= (uint64_t)u->abbrevs.codes || !u->abbrevs.by_code[code].defined)
 			goto out;
 		ab = &u->abbrevs.by_code[code];
-		parent = depth ? stack[depth - 1].die : NULL;
+		parent = depth && stack[depth - 1].children ? &stack[depth - 1] : NULL;
 		keep = bit(type_tags, ab->tag) || (parent && bit(child_tags, ab->tag))
 		       || (depth == 1 && bit(top_tags, ab->tag)) || !root;
 		if (ab->has_children && depth == cap) {
@@ -813,39 +939,44 @@ static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 		}
 		if (decode_values(u, ab, &pos, raws) || (!root && unit_bases(u, ab, raws)))
 			goto out;
+		which = parent && parent->items ? item_of(ab->tag) : -1;
+		if (which >= 0) {
+			/* An item: into its parent's items; its children, if any, into a list of its own. */
+			PyObject *kids = ab->has_children ? PyList_New(0) : Py_NewRef(no_kids);
+			PyObject *it = kids ? item(u, ab, raws, which, kids) : NULL;
+			int failed = !it || PyList_Append(parent->items, it);
+
+			Py_XDECREF(it);
+			if (failed || !ab->has_children)
+				Py_XDECREF(kids);
+			else
+				stack[depth++] = (struct open){kids, NULL};
+			if (failed)
+				goto out;
+			continue;
+		}
 		if (!(attrs = attributes(u, ab, raws)))
 			goto out;
-		top = depth == 1;
-		args[0] = PyLong_FromSsize_t(die_off);
-		args[1] = PyLong_FromUnsignedLongLong(ab->tag);
-		args[2] = attrs;
-		args[3] = top ? Py_True : Py_False;
-		die = args[0] && args[1] ? PyObject_Vectorcall(die_type, args, 4, NULL) : NULL;
-		Py_XDECREF(args[1]);
+		die = make_die(ab, die_off, attrs, depth == 1, &opened);
 		Py_DECREF(attrs);
-		if (!die) {
-			Py_XDECREF(args[0]);
+		if (!die)
 			goto out;
-		}
 		if (!root) {
 			root = die;
-		} else if (PyList_Append(dies, die) || PyDict_SetItem(by_offset, args[0], die)
-			   || (parent && PyList_Append(stack[depth - 1].children, die))) {
-			Py_DECREF(args[0]);
-			Py_DECREF(die);
-			goto out;
-		}
-		Py_DECREF(args[0]);
-		if (ab->has_children) {
-			if (!(children = PyObject_GetAttrString(die, "children"))) {
-				if (die != root)
-					Py_DECREF(die);
+		} else {
+			key = PyLong_FromSsize_t(die_off);
+			if (!key || PyList_Append(dies, die) || PyDict_SetItem(by_offset, key, die)
+			    || (parent && PyList_Append(parent->children, die))) {
+				Py_XDECREF(key);
+				Py_DECREF(die);
+				close_parent(&opened);
 				goto out;
 			}
-			stack[depth++] = (struct open){die, children};
-		}
-		if (die != root)
+			Py_DECREF(key);
 			Py_DECREF(die);         /* dies and by_offset hold it */
+		}
+		if (ab->has_children)
+			stack[depth++] = opened;
 	}
 	if (pos > end || !root)
 		goto out;
@@ -855,12 +986,13 @@ static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 				       u->abbrevs.annotated ? Py_True : Py_False);
 out:
 	while (depth)
-		Py_XDECREF(stack[--depth].children);
+		close_parent(&stack[--depth]);
 	PyMem_Free(stack);
 	PyMem_Free(raws);
 	Py_XDECREF(root);
 	Py_XDECREF(dies);
 	Py_XDECREF(by_offset);
+	Py_XDECREF(no_kids);
 	return result;
 }
 
@@ -993,7 +1125,7 @@ out:
 static PyMethodDef methods[] = {
 	{"init", init, METH_VARARGS,
 	 "init(Die, CompileUnit, Expr, type_tags, child_tags, top_tags, wanted, forms_of, "
-	 "annotation_tag): what reader.py's decoder keeps and makes."},
+	 "annotation_tag, item_attrs): what reader.py's decoder keeps and makes."},
 	{"read_units", read_units, METH_VARARGS,
 	 "read_units(info, abbrev, str, line_str, str_offsets, loclists, big_endian): the "
 	 "units reader.read_units gives, or None where reader.py must decide."},

@@ -7,6 +7,7 @@ which to emit (it needs the ELF symbols) and calls ``add_function`` and
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
@@ -15,7 +16,10 @@ from ..errors import ObjbtfError
 from ..features import Features
 from ..rules import base_type, declared_enum, enum_type
 from . import constants as C
-from .reader import TYPE_TAGS, CompileUnit, Die, Expr, read_uleb
+from .reader import (
+    E_NAME, E_VALUE, I_TAG, M_BIT_OFFSET, M_BIT_SIZE, M_BYTE_SIZE, M_CHILDREN, M_DATA_BIT_OFFSET,
+    M_LOCATION, M_NAME, M_TYPE, TYPE_TAGS, CompileUnit, Die, Expr, read_uleb,
+)
 
 _REF_KIND: Final = {
     C.TAG_pointer_type: Kind.PTR, C.TAG_const_type: Kind.CONST,
@@ -95,7 +99,7 @@ class CuLoader:
         has_array = False
         for die in type_dies:
             if die.tag == C.TAG_pointer_type and self.f.type_tag:
-                tags = self._annotations(die, 'btf_type_tag')
+                tags = self._annotations(die.children, 'btf_type_tag')
                 if tags:
                     tags_of[die.offset] = tags
                     next_id += len(tags)
@@ -131,10 +135,11 @@ class CuLoader:
             return self.ref(die.attrs.get(C.AT_type), depth + 1) if die.tag == C.TAG_atomic_type else 0
         raise LoadError(f'DIE at 0x{off:x} (tag 0x{die.tag:x}) is not a type BTF can hold')
 
-    def _annotations(self, die: Die, kind: str) -> list[Die]:
+    def _annotations(self, children: Sequence[Die], kind: str) -> list[Die]:
+        """The ``kind`` annotations among a DIE's (or a member's) ``children``."""
         if not self.cu.annotated:
             return []
-        return [c for c in die.children
+        return [c for c in children
                 if c.tag == C.TAG_LLVM_annotation and c.attrs.get(C.AT_name) == kind]
 
     def _add_type_tags(self, ptr: Die, tags: list[Die]) -> int:
@@ -188,37 +193,35 @@ class CuLoader:
             return fwd
         members = []
         bitfields = False
-        for m in die.children:
-            if m.tag != C.TAG_member:
+        for m in die.items:
+            if m[I_TAG] != C.TAG_member:
                 continue
             bit_off = self._member_bit_offset(m, union)
             if bit_off is None:
                 continue            # a static member
-            bits = m.attrs.get(C.AT_bit_size, 0)
+            bits = _or(m[M_BIT_SIZE], 0)
             if bits or bit_off % 8:
                 bitfields = True
-            members.append(Member(m.attrs.get(C.AT_name, ''), self.ref(m.attrs.get(C.AT_type)),
-                                  bit_off, bits))
+            members.append(Member(_or(m[M_NAME], ''), self.ref(m[M_TYPE]), bit_off, bits))
         t = BtfType(Kind.UNION if union else Kind.STRUCT, name, size=a.get(C.AT_byte_size, 0),
                     items=tuple(members))
         t.bitfields = bitfields
         return t
 
-    def _member_bit_offset(self, m: Die, in_union: bool) -> int | None:
-        a = m.attrs
-        dbo = a.get(C.AT_data_bit_offset)
+    def _member_bit_offset(self, m: tuple, in_union: bool) -> int | None:
+        dbo = m[M_DATA_BIT_OFFSET]
         if dbo is not None:
             return dbo
-        loc = a.get(C.AT_data_member_location)
+        loc = m[M_LOCATION]
         if loc is None:
             return 0 if in_union else None
         if isinstance(loc, Expr):
             loc = _plus_uconst(loc.data)
         bit_off = loc * 8
-        bits = a.get(C.AT_bit_size, 0)
-        old = a.get(C.AT_bit_offset)
+        bits = _or(m[M_BIT_SIZE], 0)
+        old = m[M_BIT_OFFSET]
         if bits and old is not None:
-            byte_size = a.get(C.AT_byte_size) or self.type_size(a.get(C.AT_type))
+            byte_size = m[M_BYTE_SIZE] or self.type_size(m[M_TYPE])
             if self.btf.byteorder == 'little':
                 bit_off += byte_size * 8 - old - bits
             else:
@@ -228,10 +231,10 @@ class CuLoader:
     def _enum(self, die: Die) -> BtfType:
         a = die.attrs
         name = a.get(C.AT_name, '')
-        if a.get(C.AT_declaration) and not die.children:
+        if a.get(C.AT_declaration) and not die.children and not die.items:
             return declared_enum(name)
-        values = [Enumerator(e.attrs.get(C.AT_name, ''), e.attrs.get(C.AT_const_value, 0))
-                  for e in die.children if e.tag == C.TAG_enumerator]
+        values = [Enumerator(_or(e[E_NAME], ''), _or(e[E_VALUE], 0))
+                  for e in die.items if e[I_TAG] == C.TAG_enumerator]
         return enum_type(name, a.get(C.AT_byte_size, 4), values,
                          self._underlying_signed(a.get(C.AT_type)), self.f)
 
@@ -280,20 +283,22 @@ class CuLoader:
         return func_id
 
     def function_decl_tags(self, die: Die) -> list[Annotation]:
-        return self._tags_with_components(die, C.TAG_formal_parameter)
+        return self._tags_with_components(
+            die, [c.children for c in die.children if c.tag == C.TAG_formal_parameter])
 
-    def _tags_with_components(self, die: Die, component_tag: int) -> list[Annotation]:
+    def _tags_with_components(self, die: Die,
+                              components: list[Sequence[Die]]) -> list[Annotation]:
         """The decl tags of ``die`` (-1) and of its members or parameters
-        (their index among the children of ``component_tag``)."""
-        tags = self.decl_tags_of(die, -1)
-        components = (c for c in die.children if c.tag == component_tag)
-        for idx, c in enumerate(components):
-            tags += self.decl_tags_of(c, idx)
+        (their index; ``components``: the DIEs under each)."""
+        tags = self.decl_tags_of(die.children, -1)
+        for idx, children in enumerate(components):
+            tags += self.decl_tags_of(children, idx)
         return tags
 
-    def decl_tags_of(self, die: Die, component_idx: int) -> list[Annotation]:
+    def decl_tags_of(self, children: Sequence[Die], component_idx: int) -> list[Annotation]:
+        """The decl tags among a DIE's (or a member's) ``children``."""
         return [Annotation(_text(c.attrs.get(C.AT_const_value)), component_idx)
-                for c in self._annotations(die, 'btf_decl_tag')]
+                for c in self._annotations(children, 'btf_decl_tag')]
 
     def add_type_decl_tags(self) -> None:
         """DECL_TAGs of structs, unions (and their members) and typedefs."""
@@ -302,7 +307,8 @@ class CuLoader:
         for die in self.cu.dies:
             if die.tag not in (C.TAG_structure_type, C.TAG_union_type, C.TAG_typedef):
                 continue
-            tags = self._tags_with_components(die, C.TAG_member)
+            tags = self._tags_with_components(
+                die, [m[M_CHILDREN] for m in die.items if m[I_TAG] == C.TAG_member])
             self._add_decl_tags(self.ids[die.offset], tags)
 
     def _add_decl_tags(self, target: int, tags: list[Annotation]) -> None:
@@ -316,7 +322,7 @@ class CuLoader:
         var_id = self.btf.add(BtfType(Kind.VAR, name, type=self.ref(self.origin_attr(die, C.AT_type)),
                                       linkage=VAR_GLOBAL_ALLOCATED if external else VAR_STATIC))
         if self.f.decl_tag:
-            self._add_decl_tags(var_id, self.decl_tags_of(die, -1))
+            self._add_decl_tags(var_id, self.decl_tags_of(die.children, -1))
         return var_id
 
 
@@ -325,6 +331,11 @@ def _plus_uconst(expr: bytes) -> int:
     if not expr or expr[0] != C.OP_plus_uconst:
         raise LoadError('member location is not a constant offset')
     return read_uleb(expr, 1)[0]
+
+
+def _or(value, default):
+    """``value``, or ``default`` for an attribute an item does not have."""
+    return default if value is None else value
 
 
 def _text(v) -> str:

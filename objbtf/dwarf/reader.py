@@ -1,7 +1,9 @@
 """A lean DWARF .debug_info decoder for the per-object path.
 
 It decodes only what BTF needs and keeps only the DIEs the loader uses
-(types, their members and parameters, top-level functions and variables).
+(types, their parameters, top-level functions and variables); of a
+struct's members and an enum's values it keeps a few values each
+(``ITEM_ATTRS``).
 Each abbreviation is compiled once into a plan of fixed-size runs, decoded
 with one ``struct.unpack_from`` each, and the few variable-length forms.
 This is several times faster than a general-purpose DWARF library, which
@@ -10,7 +12,7 @@ matters because the encoder runs once per object of a kernel build.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple
 
@@ -110,6 +112,22 @@ CHILD_TAGS: Final = frozenset({
     C.TAG_unspecified_parameters, C.TAG_LLVM_annotation,
 })
 TOP_TAGS: Final = frozenset({C.TAG_subprogram, C.TAG_variable})
+#: Children kept as items of their parent DIE rather than as DIEs: a
+#: tuple of the tag, these attributes' values (None where absent), and the
+#: DIEs kept under it (clang's annotations of a member; () for an
+#: abbreviation without children).  A struct's members and an enum's
+#: values are most of a unit's DIEs, and these few values all the loader
+#: reads of them.
+ITEM_ATTRS: Final = {
+    C.TAG_member: (C.AT_name, C.AT_type, C.AT_data_member_location, C.AT_data_bit_offset,
+                   C.AT_bit_size, C.AT_bit_offset, C.AT_byte_size),
+    C.TAG_enumerator: (C.AT_name, C.AT_const_value),
+}
+#: Where each field is in a member's item ...
+I_TAG, M_NAME, M_TYPE, M_LOCATION, M_DATA_BIT_OFFSET, M_BIT_SIZE, M_BIT_OFFSET, M_BYTE_SIZE, \
+    M_CHILDREN = range(9)
+#: ... and in an enumerator's.
+E_NAME, E_VALUE = 1, 2
 
 
 class Expr(NamedTuple):
@@ -120,14 +138,17 @@ class Expr(NamedTuple):
 
 class Die:
     """A kept DIE: ``attrs`` maps DW_AT_* to converted values; ``top`` when
-    its parent is the unit DIE."""
-    __slots__ = ('offset', 'tag', 'attrs', 'children', 'top')
+    its parent is the unit DIE; ``children`` the kept DIEs under it, and
+    ``items`` its members or enumerators (``ITEM_ATTRS``), in order."""
+    __slots__ = ('offset', 'tag', 'attrs', 'children', 'items', 'top')
 
-    def __init__(self, offset: int, tag: int, attrs: dict, top: bool = False):
+    def __init__(self, offset: int, tag: int, attrs: dict, top: bool = False,
+                 children: Sequence[Die] = (), items: Sequence[tuple] = ()):
         self.offset = offset
         self.tag = tag
         self.attrs = attrs
-        self.children: list[Die] = []
+        self.children = children
+        self.items = items
         self.top = top
 
 
@@ -572,8 +593,9 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
     converters: dict[int, tuple] = {}
     dies: list[Die] = []
     by_offset: dict[int, Die] = {}
-    # The open parents: the kept Die, or None for a DIE that is not kept.
-    stack: list[Die | None] = []
+    # The open parents: a kept Die's lists of children and items, an item's
+    # list of children (and None), or None for a DIE that is not kept.
+    stack: list[tuple[list[Die], list[tuple] | None] | None] = []
     root: Die | None = None
     while pos < end:
         die_off = pos
@@ -611,16 +633,28 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
         if conv is None:
             conv = converters[code] = dec.converters(ab)
         attrs = {attr: vals[i] if fn is None else fn(vals[i]) for attr, i, fn in conv}
-        die = Die(die_off, tag, attrs, top=depth == 1)
+        layout = ITEM_ATTRS.get(tag) if parent is not None and parent[1] is not None else None
+        if layout is not None:
+            assert parent is not None and parent[1] is not None
+            kids: list[Die] = []
+            parent[1].append((tag, *[attrs.get(a) for a in layout],
+                              kids if ab.has_children else ()))
+            if ab.has_children:
+                stack.append((kids, None))
+            continue
+        children: list[Die] = []
+        items: list[tuple] = []
+        die = Die(die_off, tag, attrs, depth == 1, children, items) if ab.has_children \
+            else Die(die_off, tag, attrs, depth == 1)
         if root is None:
             root = die
         else:
             dies.append(die)
             by_offset[die_off] = die
             if parent is not None:
-                parent.children.append(die)
+                parent[0].append(die)
         if ab.has_children:
-            stack.append(die)
+            stack.append((children, items))
     if pos > end:
         raise DwarfError(f'DIE data runs past the end of the unit at 0x{end:x}')
     if root is None:
@@ -653,7 +687,7 @@ def _c_decoder() -> Any:
     if _dies is None:
         return None
     _dies.init(Die, CompileUnit, Expr, TYPE_TAGS, CHILD_TAGS, TOP_TAGS, WANTED, _FORMS_OF,
-               C.TAG_LLVM_annotation)
+               C.TAG_LLVM_annotation, ITEM_ATTRS)
     return _dies
 
 
