@@ -26,6 +26,9 @@ _REF_KIND: Final = {
     C.TAG_volatile_type: Kind.VOLATILE, C.TAG_restrict_type: Kind.RESTRICT,
     C.TAG_typedef: Kind.TYPEDEF,
 }
+#: Makes a member, parameter or enumerator tuple without its class's
+#: __new__, a Python function call per entry.
+_new: Final = tuple.__new__
 #: DIEs that stand for their target (or void) and get no BTF type.
 _TRANSPARENT: Final = frozenset({C.TAG_atomic_type, C.TAG_unspecified_type})
 
@@ -202,7 +205,7 @@ class CuLoader:
             bits = _or(m[M_BIT_SIZE], 0)
             if bits or bit_off % 8:
                 bitfields = True
-            members.append(Member(_or(m[M_NAME], ''), self.ref(m[M_TYPE]), bit_off, bits))
+            members.append(_new(Member, (_or(m[M_NAME], ''), self.ref(m[M_TYPE]), bit_off, bits)))
         t = BtfType(Kind.UNION if union else Kind.STRUCT, name, size=a.get(C.AT_byte_size, 0),
                     items=tuple(members))
         t.bitfields = bitfields
@@ -233,7 +236,7 @@ class CuLoader:
         name = a.get(C.AT_name, '')
         if a.get(C.AT_declaration) and not die.children and not die.items:
             return declared_enum(name)
-        values = [Enumerator(_or(e[E_NAME], ''), _or(e[E_VALUE], 0))
+        values = [_new(Enumerator, (_or(e[E_NAME], ''), _or(e[E_VALUE], 0)))
                   for e in die.items if e[I_TAG] == C.TAG_enumerator]
         return enum_type(name, a.get(C.AT_byte_size, 4), values,
                          self._underlying_signed(a.get(C.AT_type)), self.f)
@@ -272,7 +275,7 @@ class CuLoader:
     def proto(self, die: Die) -> BtfType:
         ret = self.ref(self.origin_attr(die, C.AT_type))
         return BtfType(Kind.FUNC_PROTO, type=ret,
-                       items=tuple(Param(n, t) for n, t in self.params(die)))
+                       items=tuple([_new(Param, p) for p in self.params(die)]))
 
     def add_function(self, die: Die, name: str) -> int:
         """FUNC_PROTO + FUNC (static linkage, as pahole) + its decl tags."""
