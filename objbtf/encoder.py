@@ -332,7 +332,11 @@ class _Placer:
         if expr[0] == C.OP_addr and len(expr) == 1 + cu.address_size:
             hit = self._reloc_map('.debug_info').get(location.pos + 1)
         elif expr[0] in (C.OP_addrx, C.OP_GNU_addr_index):
-            index = read_uleb(expr, 1)[0]
+            try:
+                index = read_uleb(expr, 1)[0]
+            except IndexError:
+                raise EncodeError(f"variable '{shown(name)}': DW_AT_location ends inside "
+                                  'its DW_OP_addrx operand') from None
             hit = self._reloc_map('.debug_addr').get(cu.addr_base + index * cu.address_size)
         else:
             return None

@@ -17,7 +17,11 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from conftest import C_FIXTURES, ROOT, compile_c, need, objbtf, run
+from objbtf.dwarf.constants import OP_addrx
+from objbtf.dwarf.reader import Expr, read_units
 from objbtf.elf.consts import SHF_COMPRESSED
+from objbtf.elf.reader import ElfFile
+from objbtf.encoder import EncodeError, _Placer, debug_sections
 
 COMMANDS = ('encode', 'check', 'dump', 'link')
 
@@ -172,6 +176,20 @@ def test_zdebug_sections_are_decoded(tmp_path):
 
 
 # --- two encodes of one file at once ------------------------------------------
+
+def test_a_location_cut_inside_its_addrx_operand_names_the_variable(tmp_path):
+    """A DW_OP_addrx whose operand the expression does not hold (found by
+    tests/fuzz.py, seed 20, in a damaged clang object) is an error naming
+    the variable, not a traceback."""
+    obj = compile_c('clang', C_FIXTURES / 'counter_a.c', tmp_path / 'a.o', '-gdwarf-5')
+    with ElfFile.open(str(obj)) as elf:
+        unit = read_units(debug_sections(elf))[0]
+        placer = _Placer(elf, elf.symbols())
+        assert placer.place(unit, Expr(0, bytes([OP_addrx, 0])), 'v', 4) is not None
+        with pytest.raises(EncodeError, match="^variable 'v': DW_AT_location ends inside "
+                                              'its DW_OP_addrx operand$'):
+            placer.place(unit, Expr(0, bytes([OP_addrx])), 'v', 4)
+
 
 def test_concurrent_encodes_of_one_file_both_succeed(tmp_path):
     """The later encode reads the earlier's result again and succeeds: the
@@ -382,7 +400,6 @@ def blob_types(path: Path, index: int) -> list[tuple[int, object]]:
     """(file offset, type) of each type of the ``index``-th blob of .BTF."""
     from linkdedup.concat import split_blobs
     from objbtf.btf.reader import parse_btf
-    from objbtf.elf.reader import ElfFile
     with ElfFile.open(str(path)) as elf:
         sec = elf.section_by_name('.BTF')
         blob = split_blobs(elf.section_data(sec))[index]
