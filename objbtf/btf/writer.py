@@ -24,6 +24,7 @@ from .types import Btf, BtfType
 
 #: objbtf.btf._blob, when the compiled build runs.
 _C: Final = c_extension('objbtf.btf._blob')
+
 #: Appends what follows a type's common header, as 32-bit words.
 Extra = Callable[[list, BtfType, StringTable], None]
 
@@ -33,8 +34,9 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
     """The raw BTF blob of ``btf``: header, type section, string section.
 
     Strings are laid out in order of first use, so equal tables give equal
-    bytes.  The compiled build writes base BTF of the kernel's kinds in C
-    (``_blob.c``), and leaves what it does not expect to the code below.  Split BTF refers to its base's strings where the base has them.
+    bytes.  Split BTF refers to its base's strings where the base has them.
+    The compiled build writes base BTF of the kernel's kinds in C
+    (``_blob.c``), and leaves what it does not expect to the code below.
     ``offsets``, if given, receives each own type's offset in the type
     section, in id order (the encoder places relocations with them).
     ``byteorder`` ('little' or 'big') defaults to the table's own.

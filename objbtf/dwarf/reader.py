@@ -642,10 +642,13 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
             if ab.has_children:
                 stack.append((kids, None))
             continue
-        children: list[Die] = []
-        items: list[tuple] = []
-        die = Die(die_off, tag, attrs, depth == 1, children, items) if ab.has_children \
-            else Die(die_off, tag, attrs, depth == 1)
+        if ab.has_children:
+            children: list[Die] = []
+            items: list[tuple] = []
+            die = Die(die_off, tag, attrs, depth == 1, children, items)
+            stack.append((children, items))
+        else:
+            die = Die(die_off, tag, attrs, depth == 1)
         if root is None:
             root = die
         else:
@@ -653,8 +656,6 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
             by_offset[die_off] = die
             if parent is not None:
                 parent[0].append(die)
-        if ab.has_children:
-            stack.append((children, items))
     if pos > end:
         raise DwarfError(f'DIE data runs past the end of the unit at 0x{end:x}')
     if root is None:
