@@ -27,11 +27,12 @@ INIT = (HERE / 'objbtf' / '__init__.py').read_text()
 
 def _names(constant: str) -> list[str]:
     """The module names in the tuple ``constant`` of objbtf/__init__.py."""
-    return re.findall(r"'([\w.]+)'", re.search(rf'^{constant} = \(([^)]*)\)', INIT, re.M).group(1))
+    return re.findall(r"'([\w./]+)'", re.search(rf'^{constant} = \(([^)]*)\)', INIT, re.M).group(1))
 
 
 MODULES = [f'{m.replace(".", "/")}.py' for m in _names('COMPILED')]
 C_EXTENSIONS = _names('C_EXTENSIONS')
+C_HEADERS = _names('C_HEADERS')
 
 
 def _warn(message: str) -> None:
@@ -93,7 +94,7 @@ def ext_modules() -> list:
             _warn(f'mypyc failed ({err})')
             return []
     return compiled + [Extension(name, [f'{name.replace(".", "/")}.c'], extra_compile_args=['-O2'],
-                                 depends=['objbtf/blake2b.h'])
+                                 depends=[f'objbtf/{h}' for h in C_HEADERS])
                        for name in C_EXTENSIONS]
 
 

@@ -20,10 +20,12 @@ COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objb
             'objbtf.elf.relocs', 'objbtf.encoder', 'objbtf.functions', 'objbtf.rules',
             'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
 #: The C extensions built with them (setup.py), each from its ``.c``, and
-#: used only when they are: the blob's hashes and kernel-rule check,
-#: reader.py's DWARF decoder, and the relocations' reading and applying,
-#: in C.
-C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.dwarf._dies', 'objbtf.elf._relocs')
+#: used only when they are: the blob's writer, hashes and kernel-rule
+#: check, dedup.py's passes, reader.py's DWARF decoder, and the
+#: relocations' reading and applying, in C.
+C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.btf._dedup', 'objbtf.dwarf._dies', 'objbtf.elf._relocs')
+#: The headers they include, from this package.
+C_HEADERS = ('blake2b.h', 'btf/_btf.h')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the
@@ -51,7 +53,7 @@ def _choose() -> str:
         return 'pure Python (OBJBTF_PURE)'
     built = posix.stat(lib).st_mtime_ns
     sources = [f'{_ROOT}/{m.replace(".", "/")}.py' for m in COMPILED] \
-        + [f'{_ROOT}/{m.replace(".", "/")}.c' for m in C_EXTENSIONS] + [f'{_HERE}/blake2b.h']
+        + [f'{_ROOT}/{m.replace(".", "/")}.c' for m in C_EXTENSIONS] + [f'{_HERE}/{h}' for h in C_HEADERS]
     for source in sources:
         try:
             if posix.stat(source).st_mtime_ns > built + EDIT_SLACK_NS:

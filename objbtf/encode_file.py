@@ -62,7 +62,7 @@ def _encode_once(path: str, features: Features,
                 write_sections(path, elf, kept)
                 return kept
         enc = _encode(elf, features, path)
-        if enc is None or not len(enc.btf):
+        if enc is None or not enc.types:
             write_typeless_chunk(path, elf, path)
             return None
         out = written(enc)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .btf.dedup import dedup
+from .btf.dedup import dedup, dedup_blob
 from .btf.hashing import blob_hashes
 from .btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
 from .btf.kinds import BTF_HEADER_LEN, KINDS, Kind
+from .btf.reader import parse_btf
 from .btf.validate import Problem, first_problem, first_problem_of_blob
 from .btf.types import Btf, BtfType, VarSecinfo
 from .btf.writer import encode_btf
@@ -52,11 +53,24 @@ class VarPlacement(NamedTuple):
     size: int
 
 
-class Encoded(NamedTuple):
-    """The result of encoding one object: ``relocs`` maps a section's name
-    to its relocations; ``addrs`` is the address table, or None; ``facts``
-    what the link needs to know of its functions (``functions.py``)."""
+class Loaded(NamedTuple):
+    """An object's types as a loader made them (its DWARF, its compiler's
+    BTF), before ``finish_encoding``: each chosen variable's placement by
+    section, counts, and the functions' facts for the link
+    (``objbtf.functions``)."""
     btf: Btf
+    entries: dict[int, list[tuple[VarPlacement, int]]]
+    functions: int
+    variables: int
+    facts: dict[str, int]
+
+
+class Encoded(NamedTuple):
+    """The result of encoding one object: ``raw`` its BTF, of ``types``
+    types; ``relocs`` maps a section's name to its relocations; ``addrs``
+    is the address table, or None; ``facts`` what the link needs to know of
+    its functions (``functions.py``)."""
+    types: int
     raw: bytes
     chunk: bytes
     relocs: dict[str, list[Reloc]]
@@ -64,6 +78,12 @@ class Encoded(NamedTuple):
     functions: int
     variables: int
     facts: dict[str, int]
+
+    @property
+    def btf(self) -> Btf:
+        """The types, read from ``raw`` (the encoder makes no model of
+        them in the compiled build)."""
+        return parse_btf(self.raw)
 
 
 def has_dwarf(elf: ElfFile) -> bool:
@@ -74,6 +94,13 @@ def has_dwarf(elf: ElfFile) -> bool:
 def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
     """Encode the BTF of an object that has DWARF (see ``has_dwarf``);
     ``name`` is the object's path as the build gave it, for the link."""
+    loaded = load_dwarf(elf, features)
+    return finish_encoding(loaded.btf, elf, loaded.entries, name, loaded.functions,
+                           loaded.variables, loaded.facts)
+
+
+def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
+    """The types of an object that has DWARF, loaded from it."""
     secs = debug_sections(elf)
     units = read_units(secs)
     all_dies = _all_dies(units)
@@ -90,8 +117,7 @@ def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
         functions.add(loader, cu)
         if features.var:
             n_vars += _add_variables(loader, cu, places, features, entries)
-    return finish_encoding(btf, elf, entries, name, len(functions.first), n_vars,
-                           functions.facts)
+    return Loaded(btf, entries, len(functions.first), n_vars, functions.facts)
 
 
 def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:
@@ -114,10 +140,9 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
     (``source`` names where the types came from), the blob, its
     relocations and the chunk, with ``facts`` on the functions."""
     placements = _add_datasecs(btf, elf, entries)
-    out = dedup(btf, consume=True)
     offsets: list[int] = []
     try:
-        raw = _checked_blob(out, offsets, source, elf.pointer_size)
+        out, raw, datasecs = _deduplicated(btf, offsets, source, elf.pointer_size)
         hashes, flags = blob_hashes(out, raw)
         chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
     except UnicodeEncodeError as err:
@@ -126,8 +151,8 @@ def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPla
         # cannot be written as BTF text.
         raise EncodeError(f"{source} has a name that is not UTF-8: '{shown(err.object)}'") \
             from None
-    relocs, addrs = _datasec_relocs(out, placements, offsets, elf, len(raw))
-    return Encoded(out, raw, chunk, relocs, addrs, n_funcs, n_vars, facts)
+    relocs, addrs = _datasec_relocs(datasecs, placements, offsets, elf, len(raw))
+    return Encoded(len(offsets), raw, chunk, relocs, addrs, n_funcs, n_vars, facts)
 
 
 def _section(elf: ElfFile, name: str, relocate: bool = False) -> bytes:
@@ -135,6 +160,25 @@ def _section(elf: ElfFile, name: str, relocate: bool = False) -> bytes:
     if sec is None:
         return b''
     return apply_relocations(elf, sec) if relocate else elf.section_data(sec)
+
+
+def _deduplicated(btf: Btf, offsets: list[int], source: str,
+                  ptr_size: int) -> tuple[Btf | None, bytes, list[int]]:
+    """The blob of ``btf`` deduplicated (each type's offset into
+    ``offsets``), checked as ``_checked_blob`` checks it, the positions
+    of its DATASECs among its types, and its model.  The compiled build
+    makes the blob in C (``dedup.dedup_blob``) and no model (None): the
+    passes after read the blob, and parse it only where their C code
+    gives up."""
+    made = dedup_blob(btf)
+    if made is None:
+        out = dedup(btf, consume=True)
+        raw = _checked_blob(out, offsets, source, ptr_size)
+        return out, raw, [i for i, h in enumerate(out.heads()) if h[0] is Kind.DATASEC]
+    raw, starts, datasecs = made
+    offsets += starts
+    _refuse_invalid(first_problem_of_blob(None, raw, ptr_size), source)
+    return None, raw, datasecs
 
 
 def _checked_blob(btf: Btf, offsets: list[int], source: str, ptr_size: int) -> bytes:
@@ -421,21 +465,21 @@ def _add_datasecs(btf: Btf, elf: ElfFile,
     return placements
 
 
-def _datasec_relocs(btf: Btf, placements: list[list[VarPlacement]], offsets: list[int],
-                    elf: ElfFile, btf_size: int) -> tuple[dict[str, list[Reloc]], bytes | None]:
+def _datasec_relocs(datasecs: list[int], placements: list[list[VarPlacement]],
+                    offsets: list[int], elf: ElfFile,
+                    btf_size: int) -> tuple[dict[str, list[Reloc]], bytes | None]:
     """A relocation for the offset field of every DATASEC entry: on the
     field itself, or, on machines whose kernel addresses need 64 bits, on
     its entry in the address table (returned too; ``addrtable.py``).
+    ``datasecs`` are the DATASECs' positions among the types.
 
     Dedup keeps DATASECs and their entries in order, so the n-th DATASEC of
     the output is the n-th one added.
     """
     arch = arch_for(elf)
     fields = []
-    datasec = Kind.DATASEC
-    datasecs = [(i, t) for i, (_, t) in enumerate(btf.own()) if t.kind is datasec]
     layout = KINDS[Kind.DATASEC]
-    for (pos, t), rows in zip(datasecs, placements, strict=True):
+    for pos, rows in zip(datasecs, placements, strict=True):
         # encode_btf puts the type section right after the header.
         record = BTF_HEADER_LEN + offsets[pos]
         fields += [(record + layout.entry_offset(j, 'offset'), p.symbol, p.addend)

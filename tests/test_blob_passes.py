@@ -240,7 +240,7 @@ def unfit_mutation(rng: random.Random, t: BtfType) -> None:
         t.kind = rng.choice([*Kind, 20, -1])
     elif field == 'items':
         t.items = rng.choice([(), (1, 2), (('x', 1),), tuple(t.items) * 40000])
-    elif field == 'item' and t.items:
+    elif field == 'item' and t.items and all(isinstance(e, tuple) for e in t.items):
         items = list(t.items)
         i = rng.randrange(len(items))
         entry = list(items[i])

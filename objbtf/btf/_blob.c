@@ -27,40 +27,9 @@
 #include <string.h>
 
 #include "../blake2b.h"
-
-#if PY_BIG_ENDIAN
-#define HOST_BIG 1
-#else
-#define HOST_BIG 0
-#endif
+#include "_btf.h"
 
 /* ==== the blob ==== */
-
-enum {
-	K_UNKN, K_INT, K_PTR, K_ARRAY, K_STRUCT, K_UNION, K_ENUM, K_FWD, K_TYPEDEF, K_VOLATILE,
-	K_CONST, K_RESTRICT, K_FUNC, K_FUNC_PROTO, K_VAR, K_DATASEC, K_FLOAT, K_DECL_TAG,
-	K_TYPE_TAG, K_ENUM64, K_LAST = K_ENUM64,
-};
-
-#define BIT(k) (1u << (k))
-
-/* Words after struct btf_type: fixed ones, and per entry (kinds.py's layouts). */
-static const int fixed_words[K_LAST + 1] = {
-	[K_INT] = 1, [K_ARRAY] = 3, [K_VAR] = 1, [K_DECL_TAG] = 1,
-};
-static const int entry_words[K_LAST + 1] = {
-	[K_STRUCT] = 3, [K_UNION] = 3, [K_ENUM] = 2, [K_FUNC_PROTO] = 2, [K_DATASEC] = 3,
-	[K_ENUM64] = 3,
-};
-
-/* Sets of kinds (kinds.py's registry, validate.py's sets). */
-#define SIZED (BIT(K_INT) | BIT(K_STRUCT) | BIT(K_UNION) | BIT(K_ENUM) | BIT(K_DATASEC) \
-	       | BIT(K_FLOAT) | BIT(K_ENUM64))
-#define MODIFIERS (BIT(K_TYPEDEF) | BIT(K_VOLATILE) | BIT(K_CONST) | BIT(K_RESTRICT) \
-		   | BIT(K_TYPE_TAG))
-#define ONE_REF (MODIFIERS | BIT(K_PTR) | BIT(K_FUNC) | BIT(K_VAR) | BIT(K_DECL_TAG))
-#define STRUCTS (BIT(K_STRUCT) | BIT(K_UNION))
-#define ENUMS (BIT(K_ENUM) | BIT(K_ENUM64))
 
 /* INT data bits the format leaves unused (reader._INT_RESERVED). */
 #define INT_RESERVED 0xf000ff00u
@@ -1266,6 +1235,7 @@ struct writer {
 	Py_ssize_t strings_len, strings_cap;
 	PyObject *offsets;
 	PyObject *starts;               /* each type's offset in the type section */
+	int strict;                     /* only what reads back as the model (dedup) */
 };
 
 static int grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item)
@@ -1348,6 +1318,38 @@ static int attr_exact(PyObject *t, int attr, int64_t *out)
 	return err;
 }
 
+/* Whether attribute ``attr`` of ``t`` is an int from 0 to ``max``. */
+static int attr_within(PyObject *t, int attr, int64_t max)
+{
+	int64_t v;
+
+	return attr_exact(t, attr, &v) == 0 && v >= 0 && v <= max;
+}
+
+/* Strict mode: whether enumerator value ``v`` is one the reader gives
+ * back from its words (signed for kind_flag 1, else unsigned), so that
+ * equal words are equal values. */
+static int value_reads_back(PyObject *v, int kind, int is_signed)
+{
+	int64_t x;
+
+	if (kind == K_ENUM) {
+		if (exact(v, &x))
+			return 0;
+		return is_signed ? x >= INT32_MIN && x <= INT32_MAX : x >= 0 && x <= (int64_t)U32;
+	}
+	if (is_signed)
+		return exact(v, &x) == 0;
+	if (!PyLong_Check(v))
+		return 0;
+	PyLong_AsUnsignedLongLong(v);
+	if (PyErr_Occurred()) {
+		PyErr_Clear();
+		return 0;
+	}
+	return 1;
+}
+
 /* The offset of string ``s``, laid out on first use. */
 static int emit_string(struct writer *w, PyObject *s)
 {
@@ -1362,6 +1364,8 @@ static int emit_string(struct writer *w, PyObject *s)
 		return emit_exact(w, known);
 	if (PyErr_Occurred() || !(utf8 = PyUnicode_AsUTF8AndSize(s, &len)))
 		return -1;      /* not UTF-8 (a surrogate): Python raises */
+	if (w->strict && memchr(utf8, 0, len))
+		return -1;      /* strict: every name is the string up to its NUL */
 	if (grow((void **)&w->strings, &w->strings_cap, at + len + 1, 1))
 		return -1;
 	memcpy(w->strings + at, utf8, len);
@@ -1395,14 +1399,18 @@ static int emit_entry(struct writer *w, PyObject *e, int kind, int bitfields)
 
 	if (!f)
 		return -1;
+	if (w->strict && (kind == K_ENUM || kind == K_ENUM64)
+	    && !value_reads_back(f[1], kind, bitfields))
+		return -1;
 	switch (kind) {
 	case K_STRUCT:
 	case K_UNION:
 		if (emit_string(w, f[0]) || emit_exact(w, f[1]))
 			return -1;
-		if (!bitfields)
-			return emit_exact(w, f[2]);
-		if (exact(f[2], &off) || exact(f[3], &bits) || off < 0 || bits < 0 || bits > 0xff)
+		if (!bitfields)         /* (strict: no bitfield size the word cannot hold) */
+			return w->strict && (exact(f[3], &bits) || bits) ? -1 : emit_exact(w, f[2]);
+		if (exact(f[2], &off) || exact(f[3], &bits) || off < 0 || bits < 0 || bits > 0xff
+		    || (w->strict && off > 0xffffff))
 			return -1;
 		return emit(w, (uint64_t)bits << 24 | (uint64_t)off);
 	case K_ENUM:
@@ -1428,6 +1436,9 @@ static int emit_fixed(struct writer *w, PyObject *t, int kind)
 
 	switch (kind) {
 	case K_INT:
+		if (w->strict && !(attr_within(t, A_ENCODING, 0x0f) && attr_within(t, A_BIT_OFFSET, 0xff)
+				   && attr_within(t, A_BITS, 0xff)))
+			return -1;
 		if (attr_masked(t, A_ENCODING, &enc) || attr_masked(t, A_BIT_OFFSET, &off)
 		    || attr_masked(t, A_BITS, &bits))
 			return -1;
@@ -1457,6 +1468,11 @@ static int emit_type(struct writer *w, PyObject *t)
 	if (!items || !PyTuple_Check(items) || attr_exact(t, A_KIND, &kind) || kind < 0
 	    || kind > K_LAST || attr_exact(t, A_KFLAG, &kflag))
 		goto out;
+	/* Strict: a kind dedup knows, a kind_flag the bit holds, and no
+	 * linkage where the format has none (dedup compares the model's). */
+	if (w->strict && (kind == K_UNKN || kflag < 0 || kflag > 1
+			  || (BIT(kind) & (MODIFIERS | BIT(K_PTR)) && !attr_within(t, A_LINKAGE, 0))))
+		goto out;
 	if (kind == K_FUNC) {
 		if (attr_exact(t, A_LINKAGE, &vlen))
 			goto out;
@@ -1484,10 +1500,11 @@ out:
 }
 
 /* The type section, the string section and each type's offset of the
- * types after void in ``types``; None where the Python writer decides. */
-static PyObject *write_types(PyObject *types, int big)
+ * types after void in ``types``; None where the Python writer decides
+ * (strict: also wherever the blob would not read back as ``types``). */
+static PyObject *write_types(PyObject *types, int big, int strict)
 {
-	struct writer w = {0};
+	struct writer w = {.strict = strict};
 	PyObject *key = PyUnicode_FromStringAndSize("", 0), *zero = PyLong_FromLong(0);
 	PyObject *out = NULL;
 	int failed;
@@ -1563,12 +1580,12 @@ static PyObject *accepts(PyObject *self, PyObject *args)
 static PyObject *write_blob(PyObject *self, PyObject *args)
 {
 	PyObject *types;
-	int big;
+	int big, strict = 0;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &types, &big))
+	if (!PyArg_ParseTuple(args, "O!p|p", &PyList_Type, &types, &big, &strict))
 		return NULL;
-	return write_types(types, big);
+	return write_types(types, big, strict);
 }
 
 static PyMethodDef methods[] = {
@@ -1579,8 +1596,9 @@ static PyMethodDef methods[] = {
 	 "accepts(blob, big_endian, ptr_size) -> True if validate.first_problem finds "
 	 "nothing in the blob's model; False: ask it."},
 	{"write", write_blob, METH_VARARGS,
-	 "write(types, big_endian) -> (type section, string section, each type's offset) "
-	 "as writer.encode_btf lays out the base BTF of types[1:], or None: let it decide."},
+	 "write(types, big_endian, strict=False) -> (type section, string section, each type's "
+	 "offset) as writer.encode_btf lays out the base BTF of types[1:], or None: let it "
+	 "decide.  strict: None too where the blob would not read back as types (dedup)."},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -36,13 +36,16 @@ btf_array(t1)``); here the two arrays' element types are compared.
 from __future__ import annotations
 
 import functools
+import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from itertools import compress
 from operator import itemgetter, ne
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
+from .. import c_extension
 from .errors import BtfError
+from .header import BtfHeader
 from .kinds import (
     KINDS, MAX_KIND_NUMBER, Kind, KindRegistry, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG,
     ENUM as _ENUM, FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT,
@@ -60,6 +63,10 @@ Resolve = Callable[[int], int]
 #: A member's name, bit offset and bitfield size; a parameter's name.
 _MEMBER_SHAPE = itemgetter(0, 2, 3)
 _PARAM_NAME = itemgetter(0)
+#: objbtf.btf._blob and _dedup, when the compiled build runs.
+_C_BLOB: Final = c_extension('objbtf.btf._blob')
+_C_DEDUP: Final = c_extension('objbtf.btf._dedup')
+_HOST_BIG: Final = sys.byteorder == 'big'
 
 
 def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = None,
@@ -71,9 +78,56 @@ def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = 
     caller is done with ``btf``: its type objects (each must be in it
     once) become the output's, changed in place, instead of being copied."""
     with gc_paused():
+        if not libbpf_1_1 and btf.base is None and kinds is KINDS:
+            m = _map_in_c(btf)
+            if m is not None:
+                return _compact(btf, cast('list[BtfType | None]', btf.types), m,
+                                _classes(kinds).one_ref, consume)
         # The passes' state is freed before the collector comes back: it
         # would walk all of it once.
         return _Dedup(btf, libbpf_1_1, split_base, kinds).run(consume)
+
+
+def _map_in_c(btf: Btf) -> list[int] | None:
+    """The passes' map of base BTF ``btf`` (the kernel's kinds, upstream
+    libbpf) from their C code (``_dedup.c``), run on its blob; None
+    without the compiled build, or where the C code leaves the model to
+    the passes below."""
+    written = _written(btf)
+    if written is None:
+        return None
+    m: list[int] | None = _C_DEDUP.map(written[0])
+    return m
+
+
+def dedup_blob(btf: Btf) -> tuple[bytes, list[int], list[int]] | None:
+    """``encode_btf(dedup(btf), offsets)``, the offsets, and the positions
+    of its DATASECs among its types, for base BTF of the kernel's kinds,
+    made in C (``_dedup.c``) from the blob of ``btf`` without a model of
+    the result: what the encoder needs.  None without the compiled build,
+    or where the C code leaves it to ``dedup`` and the writer (which then
+    raise wherever it is wrong).  Upstream libbpf's rules, as ``dedup``'s
+    default."""
+    written = _written(btf)
+    if written is None:
+        return None
+    order = btf.byteorder
+    made = _C_DEDUP.blob(written[0], written[1], order == 'big')
+    if made is None:
+        return None
+    section, strings, starts, datasecs = made
+    header = BtfHeader.for_sections(order, len(section), len(strings)).pack()
+    return header + section + strings, starts, datasecs
+
+
+def _written(btf: Btf) -> tuple[bytes, bytes, list[int]] | None:
+    """What the C passes read: the blob's sections of base BTF ``btf``,
+    in the host's byte order, written only if they read back as ``btf``
+    (``_blob.write``'s strict mode); None without the compiled build."""
+    if _C_DEDUP is None or _C_BLOB is None or btf.base is not None:
+        return None
+    written: tuple[bytes, bytes, list[int]] | None = _C_BLOB.write(btf.types, _HOST_BIG, True)
+    return written
 
 
 # -- the kinds, as dedup sees them ---------------------------------------------
@@ -517,12 +571,7 @@ class _Dedup:
 
     def resolve(self, i: int) -> int:
         """Follow ``map`` to the current canonical id (or an unmapped id)."""
-        m = self.map
-        j = m[i]
-        while j >= 0 and j != i:
-            i = j
-            j = m[i]
-        return i
+        return _resolve(self.map, i)
 
     def sid(self, i: int) -> int:
         """Shape id: equal for types of equal ``shape``."""
@@ -891,38 +940,53 @@ class _Dedup:
         return new_id
 
     def compact(self, consume: bool) -> Btf:
-        """The canonical own types, in id order, with ids remapped (copies,
-        or with ``consume`` the types themselves)."""
-        start, m = self.start, self.map
-        n = len(m)
-        new_id = list(range(start)) + [-1] * (n - start)
-        kept = [i for i in range(start, n) if m[i] == i]
-        for k, i in enumerate(kept, start):
-            new_id[i] = k
-        final = new_id[:]
-        # Base ids map to themselves, but for enum forwards a split enum took over.
-        moved = compress(range(n), map(ne, m, range(n)))
-        for i in moved:
-            final[i] = new_id[self.resolve(i)]
-        if -1 in final:
-            raise BtfError('a type resolves to a type that has no canonical copy')
-        types, remap, one_ref = self.types, final.__getitem__, self.classes.one_ref
-        params: dict[Param, Param] = {}     # the kernel's prototypes share many
-        out = [VOID]
-        for i in kept:
-            t = types[i]
-            assert t is not None
-            c = t if consume else t.copy()
-            k = t.kind
-            if k in one_ref:
-                c.type = final[t.type]
-            elif k is _STRUCT or k is _UNION:
-                c.items = tuple([_new(Member, (n, final[x], o, b)) for n, x, o, b in t.items])
-            elif k is _FUNC_PROTO:
-                c.type = final[t.type]
-                c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
-                                 for p in t.items])
-            else:
-                c.remap(remap)
-            out.append(c)
-        return Btf(types=out, base=self.btf.base, byteorder=self.btf.byteorder)
+        return _compact(self.btf, self.types, self.map, self.classes.one_ref, consume)
+
+
+def _resolve(m: list[int], i: int) -> int:
+    """Follow map ``m`` from ``i`` to the current canonical id (or an unmapped id)."""
+    j = m[i]
+    while j >= 0 and j != i:
+        i = j
+        j = m[i]
+    return i
+
+
+def _compact(btf: Btf, types: list[BtfType | None], m: list[int], one_ref: frozenset[Kind],
+             consume: bool) -> Btf:
+    """The canonical own types of ``btf`` by map ``m`` (``types`` by id),
+    in id order, with ids remapped (copies, or with ``consume`` the types
+    themselves)."""
+    start = btf.start_id
+    n = len(m)
+    new_id = list(range(start)) + [-1] * (n - start)
+    kept = [i for i in range(start, n) if m[i] == i]
+    for k, i in enumerate(kept, start):
+        new_id[i] = k
+    final = new_id[:]
+    # Base ids map to themselves, but for enum forwards a split enum took over.
+    moved = compress(range(n), map(ne, m, range(n)))
+    for i in moved:
+        final[i] = new_id[_resolve(m, i)]
+    if -1 in final:
+        raise BtfError('a type resolves to a type that has no canonical copy')
+    remap = final.__getitem__
+    params: dict[Param, Param] = {}     # the kernel's prototypes share many
+    out = [VOID]
+    for i in kept:
+        t = types[i]
+        assert t is not None
+        c = t if consume else t.copy()
+        k = t.kind
+        if k in one_ref:
+            c.type = final[t.type]
+        elif k is _STRUCT or k is _UNION:
+            c.items = tuple([_new(Member, (n, final[x], o, b)) for n, x, o, b in t.items])
+        elif k is _FUNC_PROTO:
+            c.type = final[t.type]
+            c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
+                             for p in t.items])
+        else:
+            c.remap(remap)
+        out.append(c)
+    return Btf(types=out, base=btf.base, byteorder=btf.byteorder)

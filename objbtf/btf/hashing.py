@@ -27,9 +27,11 @@ from typing import Final
 
 from .. import c_extension
 from .errors import BtfError
+from .header import byteorder_of
 from .kinds import (
     KINDS, Kind, KindRegistry, DATASEC as _DATASEC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
 )
+from .reader import parse_btf
 from .types import Btf, BtfType
 
 #: The version of the hashing below, recorded in every object's
@@ -213,16 +215,16 @@ def type_hashes(btf: Btf, kinds: KindRegistry = KINDS) -> tuple[list[int], bytea
     return Hasher(btf, kinds).run()
 
 
-def blob_hashes(btf: Btf, raw: bytes) -> tuple[list[int], bytearray]:
+def blob_hashes(btf: Btf | None, raw: bytes) -> tuple[list[int], bytearray]:
     """``type_hashes(btf)`` for base BTF of the kernel's kinds whose blob
-    is ``raw`` (written from it, or read into it): in the compiled build
-    from ``raw`` in C (``_blob.c``, a third of the time), else, or where
-    the C code stops, from the model."""
+    is ``raw`` (written from it, or read into it; None: read from ``raw``
+    when needed): in the compiled build from ``raw`` in C (``_blob.c``, a
+    third of the time), else, or where the C code stops, from the model."""
     if _C is not None:
-        found = _C.hashes(raw, btf.byteorder == 'big')
+        found = _C.hashes(raw, byteorder_of(raw) == 'big')
         if found is not None:
             return found
-    return type_hashes(btf)
+    return type_hashes(btf if btf is not None else parse_btf(raw))
 
 
 def past_the_last(btf: Btf, type_id: int, ref: int) -> str:

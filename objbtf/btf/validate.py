@@ -34,14 +34,14 @@ from dataclasses import dataclass
 from .. import c_extension
 from ..errors import shown
 from .errors import BtfError
-from .header import BtfHeader, header_len, magic_order
+from .header import BtfHeader, byteorder_of, header_len, magic_order
 # Kinds by their module-level names: ``Kind.X`` costs a descriptor call.
 from .kinds import (
     ARRAY, BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, CONST, DATASEC, DECL_TAG, ENUM, ENUM64,
     FLOAT, FUNC, FUNC_PROTO, FWD, INT, KINDS, MAX_RESOLVE_DEPTH, PTR, RESTRICT, STRUCT,
     TYPE_TAG, TYPEDEF, UNION, UNKN, VAR, VOLATILE,
 )
-from .reader import read_leniently
+from .reader import parse_btf, read_leniently
 from .strings import StringReader
 from .types import Btf, BtfType, Member, Param, VarSecinfo, VOID
 
@@ -102,14 +102,14 @@ def first_problem(btf: Btf, linux_6_1: bool = False, ptr_size: int = 0) -> Probl
     return problems[0] if problems else None
 
 
-def first_problem_of_blob(btf: Btf, raw: bytes, ptr_size: int) -> Problem | None:
+def first_problem_of_blob(btf: Btf | None, raw: bytes, ptr_size: int) -> Problem | None:
     """``first_problem(btf, ptr_size=ptr_size)`` for base BTF of the
-    kernel's kinds whose blob is ``raw``: None at once where the compiled
-    build's C check (``_blob.c``) accepts ``raw``, else the model's check,
-    which says what is wrong."""
-    if _C is not None and _C.accepts(raw, btf.byteorder == 'big', ptr_size):
+    kernel's kinds whose blob is ``raw`` (None: read from ``raw`` when
+    needed): None at once where the compiled build's C check (``_blob.c``)
+    accepts ``raw``, else the model's check, which says what is wrong."""
+    if _C is not None and _C.accepts(raw, byteorder_of(raw) == 'big', ptr_size):
         return None
-    return first_problem(btf, ptr_size=ptr_size)
+    return first_problem(btf if btf is not None else parse_btf(raw), ptr_size=ptr_size)
 
 
 #: The spellings of ``long`` and ``unsigned long`` a compiler may give an INT.

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
-from typing import NamedTuple, cast
+from typing import cast
 
 from ..btf.errors import BtfError
 from ..btf.kinds import (
@@ -42,7 +42,7 @@ from ..btf.types import VOID, Btf, BtfType, Enumerator, Member, Param, gc_paused
 from ..btf.reader import parse_btf
 from ..elf.consts import SHN_LORESERVE, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_NOTYPE, STT_OBJECT
 from ..elf.reader import ElfFile, Symbol
-from ..encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, VarPlacement,
+from ..encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, Loaded, VarPlacement,
                        finish_encoding, is_percpu)
 from ..features import Features
 from ..functions import FACT_WEAK, function_key, function_keys
@@ -65,18 +65,6 @@ _PLAIN_REFERENCES = _ONE_REF - {Kind.DECL_TAG}
 _new = tuple.__new__
 
 
-class Loaded(NamedTuple):
-    """Amended types, each chosen variable's placement by section, counts,
-    the functions' facts for the link (``objbtf.functions``): only
-    FACT_WEAK, which the symbols give; GCC's BTF has no parameter
-    locations for the others."""
-    btf: Btf
-    entries: dict[int, list[tuple[VarPlacement, int]]]
-    functions: int
-    variables: int
-    facts: dict[str, int]
-
-
 def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
     """Encode an object from the compiler's BTF in its .BTF section."""
     sec = elf.section_by_name(BTF_SECTION)
@@ -87,6 +75,9 @@ def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
 
 
 def load_compiler_btf(elf: ElfFile, data: bytes, features: Features) -> Loaded:
+    """The types of the compiler's BTF ``data``, amended to pahole's rules.
+    The functions' facts are only FACT_WEAK, which the symbols give: GCC's
+    BTF has no parameter locations for the others."""
     offsets: list[int] = []
     words: list[int] = []
     src = parse_btf(data, offsets=offsets, words=words)
