@@ -224,16 +224,10 @@ static inline uint32_t third(const struct dedup *d, uint32_t id)
 	return d->w[d->at[id] + 2];
 }
 
-/* Word ``i`` after struct btf_type. */
+/* The words after struct btf_type. */
 static inline const uint32_t *after(const struct dedup *d, uint32_t id)
 {
 	return d->w + d->at[id] + 3;
-}
-
-/* The model's ``type``: an ARRAY's element type, else the third word. */
-static inline uint32_t target(const struct dedup *d, uint32_t id)
-{
-	return d->kind[id] == K_ARRAY ? after(d, id)[0] : third(d, id);
 }
 
 static inline int is(const struct dedup *d, uint32_t id, uint32_t set)
@@ -248,8 +242,8 @@ static uint32_t *scratch(struct dedup *d, size_t n)
 		: d->scratch;
 }
 
-/* Finds each type's words: 0, or GIVE_UP on a layout past the section,
- * a kind dedup.py would refuse, or a reference past the last type. */
+/* Finds each type's words: 0, or GIVE_UP on a layout past the section
+ * or a kind dedup.py would refuse. */
 static int index_section(struct dedup *d, const uint32_t *w, size_t nwords)
 {
 	size_t cap = 0, count = 1;
