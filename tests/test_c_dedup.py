@@ -253,6 +253,24 @@ def test_c_map_on_random_unfit_fields():
     assert verdicts['same'] > 1000 and verdicts['gave up'] > 300, verdicts
 
 
+def test_pointer_loops_met_twice_in_one_walk():
+    """Two pointers to themselves that one canonical pointer meets in
+    the same walk: the check that they are the same type follows their
+    targets, where libbpf's would loop for ever.  Both passes end: the
+    walk finds them different, and the reference pass refuses the loop
+    (the C passes give up, and dedup raises the Python error)."""
+    btf = Btf()
+    loop = btf.add(BtfType(Kind.PTR, type=1))
+    btf.add(BtfType(Kind.STRUCT, 's', size=16, items=(Member('a', loop, 0),
+                                                      Member('b', loop, 64))))
+    first = btf.add(BtfType(Kind.PTR, type=3))
+    second = btf.add(BtfType(Kind.PTR, type=4))
+    btf.add(BtfType(Kind.STRUCT, 's', size=16, items=(Member('a', first, 0),
+                                                      Member('b', second, 64))))
+    assert (loop, first, second) == (1, 3, 4)
+    assert verdict(btf, 'loops') == 'raised'
+
+
 def test_fields_the_blob_would_not_give_back():
     """Values the writer would write but the reader give back otherwise
     (a bitfield size without kind_flag, an enum value out of its

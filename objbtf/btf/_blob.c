@@ -1230,29 +1230,15 @@ static PyObject *attrs[A_COUNT];
  * order of first use (strings.StringTable), ``offsets`` by string. */
 struct writer {
 	uint32_t *words;
-	Py_ssize_t n, cap;
+	Py_ssize_t n;
+	size_t cap;
 	char *strings;
-	Py_ssize_t strings_len, strings_cap;
+	Py_ssize_t strings_len;
+	size_t strings_cap;
 	PyObject *offsets;
 	PyObject *starts;               /* each type's offset in the type section */
 	int strict;                     /* only what reads back as the model (dedup) */
 };
-
-static int grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item)
-{
-	Py_ssize_t more = *cap ? *cap : 1024;
-	void *grown;
-
-	if (need <= *cap)
-		return 0;
-	while (more < need)
-		more *= 2;
-	if (!(grown = PyMem_Realloc(*buf, more * item)))
-		return -1;
-	*buf = grown;
-	*cap = more;
-	return 0;
-}
 
 static int emit(struct writer *w, uint64_t v)
 {

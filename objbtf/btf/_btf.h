@@ -1,8 +1,8 @@
 /*
  * What the C passes over BTF (_blob.c, _dedup.c) share: the kernel's
  * kinds (numbers, the words each kind's layout adds after struct
- * btf_type as kinds.py's registry has them, sets of kinds) and the host's
- * byte order.
+ * btf_type as kinds.py's registry has them, sets of kinds), the host's
+ * byte order, and a buffer that grows.
  */
 #ifndef OBJBTF_BTF_H
 #define OBJBTF_BTF_H
@@ -38,5 +38,23 @@ static const int entry_words[K_LAST + 1] = {
 #define ONE_REF (MODIFIERS | BIT(K_PTR) | BIT(K_FUNC) | BIT(K_VAR) | BIT(K_DECL_TAG))
 #define STRUCTS (BIT(K_STRUCT) | BIT(K_UNION))
 #define ENUMS (BIT(K_ENUM) | BIT(K_ENUM64))
+
+/* Room for ``need`` items of ``size`` bytes in ``*buf``, of ``*cap``
+ * items, growing it by doubling: 0, or -1 when out of memory. */
+static inline int grow(void **buf, size_t *cap, size_t need, size_t size)
+{
+	size_t more = *cap ? *cap : 16;
+	void *grown;
+
+	if (need <= *cap)
+		return 0;
+	while (more < need)
+		more *= 2;
+	if (!(grown = PyMem_Realloc(*buf, more * size)))
+		return -1;
+	*buf = grown;
+	*cap = more;
+	return 0;
+}
 
 #endif

@@ -48,24 +48,6 @@
 /* Gave up: dedup.py decides. */
 #define GIVE_UP (-1)
 
-/* Room for ``need`` items of ``size`` bytes in ``*buf``, of ``*cap``
- * items: 0, or -1 when out of memory. */
-static int grow(void **buf, size_t *cap, size_t need, size_t size)
-{
-	size_t more = *cap ? *cap : 16;
-	void *grown;
-
-	if (need <= *cap)
-		return 0;
-	while (more < need)
-		more *= 2;
-	if (!(grown = PyMem_Realloc(*buf, more * size)))
-		return -1;
-	*buf = grown;
-	*cap = more;
-	return 0;
-}
-
 /* ==== words -> value: shapes, the candidate table's keys, names ==== */
 
 struct slot {
@@ -584,7 +566,7 @@ static int identical(struct dedup *d, uint32_t id1, uint32_t id2, int depth)
 		id1 = third(d, id1);
 		id2 = third(d, id2);
 		if (++steps > d->n)
-			return GIVE_UP;         /* a loop: Python would not return */
+			return 0;               /* a loop (dedup.py: not the same) */
 	}
 	k = d->kind[id1];
 	if (depth <= 0 || k != d->kind[id2])
@@ -673,8 +655,8 @@ static int is_equiv(struct dedup *d, uint32_t cand_id, uint32_t canon_id)
 			canon = b;
 		seen = d->hypot[canon];
 		if (seen >= 0) {
-			int same = (uint32_t)seen == cand
-				   || identical(d, (uint32_t)seen, cand, IDENTICAL_DEPTH);
+			int same = (uint32_t)seen == cand ? 1
+				   : identical(d, (uint32_t)seen, cand, IDENTICAL_DEPTH);
 
 			if (same < 0)
 				return GIVE_UP;

@@ -826,10 +826,16 @@ class _Dedup:
         return self._identical_types(id1, id2, _IDENTICAL_DEPTH)
 
     def _identical_types(self, id1: int, id2: int, depth: int) -> bool:
-        """Structurally the same type, looking ``depth`` levels deep."""
+        """Structurally the same type, looking ``depth`` levels deep.  A
+        chain of modifiers longer than the table is a loop (damaged
+        input), where libbpf's walk would never end: not the same."""
         kinds, sid, c = self.kinds, self.sid, self.classes
+        steps = 0
         while kinds[id1] in c.chain and sid(id1) == sid(id2):
             id1, id2 = self.type(id1).type, self.type(id2).type
+            steps += 1
+            if steps > len(kinds):
+                return False
         k = kinds[id1]
         if depth <= 0 or k is not kinds[id2]:
             return False
