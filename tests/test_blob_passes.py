@@ -179,6 +179,83 @@ def test_c_writer_on_every_kind_and_field(c_passes, byteorder):
     assert_python_writes(btf, encode_btf(btf), byteorder)
 
 
+#: BtfType's attributes, in its constructor's order.
+TYPE_FIELDS = ('kind', 'name', 'size', 'type', 'kflag', 'encoding', 'bit_offset', 'bits',
+          'index_type', 'nelems', 'linkage', 'component_idx', 'items')
+
+
+class SlotsType:
+    """A type with BtfType's attributes in the slots of a Python class."""
+    __slots__ = TYPE_FIELDS
+
+    def __init__(self, t: BtfType):
+        for field in TYPE_FIELDS:
+            SlotsType.__dict__[field].__set__(self, getattr(t, field))
+
+
+class RenamedType(SlotsType):
+    """Its name a property over its base's slot."""
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return 'renamed'
+
+
+class LookupType(SlotsType):
+    """A class whose attribute lookup is its own."""
+    __slots__ = ()
+
+    def __getattribute__(self, field: str):
+        value = object.__getattribute__(self, field)
+        return 'looked up' if field == 'name' else value
+
+
+@pytest.mark.parametrize('strict', [False, True])
+def test_c_writer_reads_attributes_as_getattr_does(c_passes, strict):
+    """The C writer reads a type's attributes through the descriptors of
+    the first type's class, found once: types of other classes, a property
+    in a subclass and a class with its own lookup still read as getattr
+    reads them."""
+    btf = every_field_table('little')
+    if strict:                          # kind_flag 2 and -1 do not read back
+        btf.types[1:] = [t for t in btf.types[1:] if t.kflag in (0, 1)]
+
+    def write(types: list) -> tuple | None:
+        return c_passes.write([btf.types[0], *types], False, strict)
+
+    ours = btf.types[1:]
+    expected = write(ours)
+    assert expected is not None
+    assert write([SlotsType(t) for t in ours]) == expected
+    assert write([t if i % 2 else SlotsType(t) for i, t in enumerate(ours)]) == expected
+    assert write([SlotsType(t) if i % 2 else t for i, t in enumerate(ours)]) == expected
+    for cls, name in ((RenamedType, 'renamed'), (LookupType, 'looked up')):
+        named = [t.copy() for t in ours]
+        for t in named:
+            t.name = name
+        assert write([cls(t) for t in ours]) == write(named), cls
+        assert write([SlotsType(ours[0]), *[cls(t) for t in ours[1:]]]) \
+            == write([ours[0], *named[1:]]), cls
+
+
+def test_c_writer_lays_out_strings_as_python_does(c_passes):
+    """Names by their text, whatever object holds it: first use decides
+    the offset, '' is 0, and text that differs only past a NUL, or only
+    in a character outside ASCII, is another string."""
+    rng = random.Random(5)
+    texts = ['', 'é', 'e', 'a\0b', 'a\0c', 'a', *[f'n{i}' for i in range(3000)]]
+    types = []
+    for n in range(6000):
+        text = rng.choice(texts)
+        name = ''.join(list(text))      # the same text, mostly another object
+        types.append(BtfType(Kind.STRUCT, name, 4, items=(
+            Member(''.join(list(rng.choice(texts))), 0, 0),)))
+    btf = table(*types)
+    assert c_passes.write(btf.types, False) is not None
+    assert_python_writes(btf, encode_btf(btf), 'names')
+
+
 @pytest.mark.parametrize('byteorder', ['little', 'big'])
 def test_c_hashes_of_every_kind_and_field(c_hashes, byteorder):
     btf = every_field_table(byteorder)

@@ -23,6 +23,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -51,7 +52,7 @@ static inline uint32_t word(const struct blob *b, const uint8_t *p)
 {
 	uint32_t v;
 	memcpy(&v, p, 4);
-	return b->big ? __builtin_bswap32(v) : v;
+	return b->big != HOST_BIG ? __builtin_bswap32(v) : v;
 }
 
 static inline int kind_of(uint32_t info)
@@ -208,7 +209,7 @@ static int index_types(struct blob *b, const uint8_t *data, Py_ssize_t len)
 	if (len < 24)
 		return -1;
 	memcpy(&magic, data, 2);
-	if (b->big)
+	if (b->big != HOST_BIG)
 		magic = __builtin_bswap16(magic);
 	if (magic != 0xeb9f || data[2] != 1)
 		return -1;
@@ -282,39 +283,45 @@ struct out {
 	int failed;
 };
 
-static void put(struct out *o, const void *data, size_t len)
+/* Makes room for ``len`` more bytes: 0, or -1 (and o->failed) when out of memory. */
+static int make_room(struct out *o, size_t len)
 {
-	if (o->failed)
-		return;
-	if (o->len + len > *o->cap) {
-		size_t cap = (*o->cap ? *o->cap : 256);
-		while (cap < o->len + len)
-			cap *= 2;
-		char *grown = PyMem_Realloc(*o->buf, cap);
-		if (!grown) {
-			o->failed = 1;
-			return;
-		}
-		*o->buf = grown;
-		*o->cap = cap;
+	void *buf = *o->buf;
+	if (o->failed || grow(&buf, o->cap, o->len + len, 1) < 0) {
+		o->failed = 1;
+		return -1;
 	}
+	*o->buf = buf;
+	return 0;
+}
+
+static inline void put(struct out *o, const void *data, size_t len)
+{
+	if (o->len + len > *o->cap && make_room(o, len) < 0)
+		return;
 	memcpy(*o->buf + o->len, data, len);
 	o->len += len;
 }
 
-static void put_str(struct out *o, const char *s)
+static inline void put_str(struct out *o, const char *s)
 {
 	put(o, s, strlen(s));
 }
 
-static void put_char(struct out *o, char c)
+static inline void put_char(struct out *o, char c)
 {
-	put(o, &c, 1);
+	if (o->len >= *o->cap && make_room(o, 1) < 0)
+		return;
+	(*o->buf)[o->len++] = c;
 }
 
 /* str(v) of Python's int, for v >= 0. */
 static void put_uint(struct out *o, uint64_t v)
 {
+	if (v < 10) {           /* most fields: 0 */
+		put_char(o, (char)('0' + v));
+		return;
+	}
 	char text[20];
 	int at = sizeof(text);
 	do {
@@ -337,7 +344,7 @@ static void put_int(struct out *o, int64_t v)
 
 /* The name of type ``id`` when it is a named aggregate (hashing.named_aggregate),
  * whose references hash as 'struct NAME', 'union NAME' or 'enum NAME' (its
- * prefix in *prefix, if asked), else NULL. */
+ * prefix in *prefix), else NULL. */
 static const char *aggregate_name(const struct blob *b, uint32_t id, const char **prefix)
 {
 	const char *p;
@@ -356,8 +363,7 @@ static const char *aggregate_name(const struct blob *b, uint32_t id, const char 
 		p = "enum ";
 	else
 		return NULL;
-	if (prefix)
-		*prefix = p;
+	*prefix = p;
 	return n;
 }
 
@@ -395,7 +401,9 @@ static uint32_t ref_at(const struct blob *b, uint32_t id, uint32_t i)
 
 static int hash_type(struct hasher *h, uint32_t id, int depth);
 
-/* Appends what a reference to ``ref`` contributes (Hasher._token); -1 to give up. */
+/* Appends what a reference to ``ref`` contributes (Hasher._token); returns
+ * the flags it passes on to the referrer (none through a named aggregate's
+ * name), or -1 to give up. */
 static int put_token(struct hasher *h, struct out *o, uint32_t ref, int depth)
 {
 	const char *n, *prefix;
@@ -418,13 +426,13 @@ static int put_token(struct hasher *h, struct out *o, uint32_t ref, int depth)
 			le[i] = (uint8_t)((uint64_t)ref >> (8 * i));
 		put_char(o, 'H');
 		put(o, le, 8);
-		return 0;
+		return h->flags[ref];
 	}
 	if (h->state[ref] == 0 && hash_type(h, ref, depth + 1) < 0)
 		return -1;
 	put_char(o, 'H');
 	put(o, h->digest[ref], 8);
-	return 0;
+	return h->flags[ref];
 }
 
 /* Appends Hasher._scalars: the type's own fields, then \x1d and its entries. */
@@ -491,22 +499,22 @@ static int hash_type(struct hasher *h, uint32_t id, int depth)
 	if (depth >= MAX_NESTING)
 		return -1;
 	struct out o = {&h->buf[depth], &h->cap[depth], 0, 0};
+	/* A done type's flags never change again, and an ancestor's (in
+	 * progress) become UNMERGEABLE when its token is put: so each token's
+	 * flags, read as it is put, are what they are once every token is. */
+	int flag = (k == K_VAR || k == K_DATASEC) ? UNMERGEABLE : 0;
 	h->state[id] = 1;
 	put_scalars(b, &o, id);
 	for (uint32_t i = 0; i < nrefs; i++) {
 		put_char(&o, '\x1c');
-		if (put_token(h, &o, ref_at(b, id, i), depth) < 0)
+		int passed = put_token(h, &o, ref_at(b, id, i), depth);
+		if (passed < 0)
 			return -1;
+		flag |= passed;
 	}
 	if (o.failed)
 		return -1;
 
-	uint8_t flag = (k == K_VAR || k == K_DATASEC) ? UNMERGEABLE : 0;
-	for (uint32_t i = 0; i < nrefs; i++) {
-		uint32_t ref = ref_at(b, id, i);
-		if (ref && !aggregate_name(b, ref, NULL))
-			flag |= h->flags[ref];
-	}
 	struct blake2b s;
 	b2_init(&s);
 	b2_update(&s, *o.buf, o.len);
@@ -1221,13 +1229,70 @@ static const char *const attr_names[A_COUNT] = {
 };
 static PyObject *attrs[A_COUNT];
 
+/* How the writer reads those attributes of the class of the first type
+ * written (types.BtfType): straight from the getter of a getset descriptor
+ * (mypyc's compiled class) or the slot of a member descriptor (the pure
+ * Python class with __slots__), as PyObject_GetAttr would call them once it
+ * has found them in the class; a class whose attribute lookup is its own,
+ * an instance of another class, an attribute found otherwise or an empty
+ * slot go through PyObject_GetAttr. */
+struct attr_reader {
+	PyTypeObject *cls;
+	getter get[A_COUNT];
+	void *closure[A_COUNT];
+	Py_ssize_t offset[A_COUNT];     /* of a slot; 0: none */
+};
+
+static void find_attrs(struct attr_reader *r, PyObject *t)
+{
+	PyTypeObject *cls = Py_TYPE(t);
+
+	if (cls->tp_getattro != PyObject_GenericGetAttr)
+		return;
+	r->cls = cls;
+	for (int i = 0; i < A_COUNT; i++) {
+		PyObject *d = _PyType_Lookup(cls, attrs[i]);  /* borrowed */
+		if (d && Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+			PyGetSetDef *def = ((PyGetSetDescrObject *)d)->d_getset;
+			r->get[i] = def->get;
+			r->closure[i] = def->closure;
+		} else if (d && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+			PyMemberDef *def = ((PyMemberDescrObject *)d)->d_member;
+			if (def->type == T_OBJECT_EX && !(def->flags & READ_RESTRICTED))
+				r->offset[i] = def->offset;
+		}
+	}
+}
+
+/* Attribute ``attr`` of ``t`` (a new reference), or NULL with an error set. */
+static PyObject *get_attr(const struct attr_reader *r, PyObject *t, int attr)
+{
+	if (Py_TYPE(t) == r->cls) {
+		if (r->get[attr])
+			return r->get[attr](t, r->closure[attr]);
+		if (r->offset[attr]) {
+			PyObject *v = *(PyObject **)((char *)t + r->offset[attr]);
+			if (v)
+				return Py_NewRef(v);
+		}
+	}
+	return PyObject_GetAttr(t, attrs[attr]);
+}
+
 /* The size-or-type word of each kind (kinds.py's KINDS): its size, 0, or its type. */
 #define SIZE_WORD (BIT(K_INT) | BIT(K_STRUCT) | BIT(K_UNION) | BIT(K_ENUM) | BIT(K_DATASEC) \
 		   | BIT(K_FLOAT) | BIT(K_ENUM64))
 #define ZERO_WORD BIT(K_ARRAY)
 
+/* A string laid out in the string section, found by its text. */
+struct laid_out {
+	Py_hash_t hash;                 /* Python's, of the str */
+	Py_ssize_t at, len;             /* at: 0 for an empty slot (and for '') */
+};
+
 /* The section being written: its words and its strings, laid out in
- * order of first use (strings.StringTable), ``offsets`` by string. */
+ * order of first use (strings.StringTable), ``laid_out`` by text: an
+ * open-addressed table, at most half full. */
 struct writer {
 	uint32_t *words;
 	Py_ssize_t n;
@@ -1235,9 +1300,11 @@ struct writer {
 	char *strings;
 	Py_ssize_t strings_len;
 	size_t strings_cap;
-	PyObject *offsets;
-	PyObject *starts;               /* each type's offset in the type section */
+	struct laid_out *laid_out;
+	size_t laid_out_cap, laid_out_n;        /* cap: a power of 2 */
+	PyObject *starts;               /* each type's offset in the type section, if asked */
 	int strict;                     /* only what reads back as the model (dedup) */
+	struct attr_reader attrs;
 };
 
 static int emit(struct writer *w, uint64_t v)
@@ -1279,25 +1346,25 @@ static int emit_exact(struct writer *w, PyObject *v)
 
 static int emit_attr(struct writer *w, PyObject *t, int attr)
 {
-	PyObject *v = PyObject_GetAttr(t, attrs[attr]);
+	PyObject *v = get_attr(&w->attrs, t, attr);
 	int err = emit_exact(w, v);
 
 	Py_XDECREF(v);
 	return err;
 }
 
-static int attr_masked(PyObject *t, int attr, uint64_t *out)
+static int attr_masked(struct writer *w, PyObject *t, int attr, uint64_t *out)
 {
-	PyObject *v = PyObject_GetAttr(t, attrs[attr]);
+	PyObject *v = get_attr(&w->attrs, t, attr);
 	int err = masked(v, out);
 
 	Py_XDECREF(v);
 	return err;
 }
 
-static int attr_exact(PyObject *t, int attr, int64_t *out)
+static int attr_exact(struct writer *w, PyObject *t, int attr, int64_t *out)
 {
-	PyObject *v = PyObject_GetAttr(t, attrs[attr]);
+	PyObject *v = get_attr(&w->attrs, t, attr);
 	int err = exact(v, out);
 
 	Py_XDECREF(v);
@@ -1305,11 +1372,11 @@ static int attr_exact(PyObject *t, int attr, int64_t *out)
 }
 
 /* Whether attribute ``attr`` of ``t`` is an int from 0 to ``max``. */
-static int attr_within(PyObject *t, int attr, int64_t max)
+static int attr_within(struct writer *w, PyObject *t, int attr, int64_t max)
 {
 	int64_t v;
 
-	return attr_exact(t, attr, &v) == 0 && v >= 0 && v <= max;
+	return attr_exact(w, t, attr, &v) == 0 && v >= 0 && v <= max;
 }
 
 /* Strict mode: whether enumerator value ``v`` is one the reader gives
@@ -1336,20 +1403,57 @@ static int value_reads_back(PyObject *v, int kind, int is_signed)
 	return 1;
 }
 
-/* The offset of string ``s``, laid out on first use. */
+/* The slot of the string of ``hash`` whose UTF-8 is ``utf8``: its own, or
+ * the empty one where it would go. */
+static struct laid_out *slot_of(const struct writer *w, Py_hash_t hash, const char *utf8,
+				Py_ssize_t len)
+{
+	size_t mask = w->laid_out_cap - 1, i = (size_t)hash & mask;
+	struct laid_out *e;
+
+	for (;; i = (i + 1) & mask) {
+		e = &w->laid_out[i];
+		if (!e->at || (e->hash == hash && e->len == len
+			       && memcmp(w->strings + e->at, utf8, (size_t)len) == 0))
+			return e;
+	}
+}
+
+/* Doubles the table of laid-out strings: 0, or -1 when out of memory. */
+static int more_laid_out(struct writer *w)
+{
+	struct writer bigger = {.strings = w->strings, .laid_out_cap = 2 * w->laid_out_cap};
+
+	bigger.laid_out = PyMem_Calloc(bigger.laid_out_cap, sizeof(*bigger.laid_out));
+	if (!bigger.laid_out)
+		return -1;
+	for (size_t i = 0; i < w->laid_out_cap; i++) {
+		const struct laid_out *e = &w->laid_out[i];
+		if (e->at)
+			*slot_of(&bigger, e->hash, w->strings + e->at, e->len) = *e;
+	}
+	PyMem_Free(w->laid_out);
+	w->laid_out = bigger.laid_out;
+	w->laid_out_cap = bigger.laid_out_cap;
+	return 0;
+}
+
+/* The offset of string ``s``, laid out on first use ('' is at 0). */
 static int emit_string(struct writer *w, PyObject *s)
 {
-	PyObject *known, *off;
 	const char *utf8;
 	Py_ssize_t len, at = w->strings_len;
+	Py_hash_t hash;
+	struct laid_out *e;
 
-	if (!PyUnicode_Check(s))
-		return -1;
-	known = PyDict_GetItemWithError(w->offsets, s);
-	if (known)
-		return emit_exact(w, known);
-	if (PyErr_Occurred() || !(utf8 = PyUnicode_AsUTF8AndSize(s, &len)))
+	if (!PyUnicode_CheckExact(s) || (hash = PyObject_Hash(s)) == -1
+	    || !(utf8 = PyUnicode_AsUTF8AndSize(s, &len)))
 		return -1;      /* not UTF-8 (a surrogate): Python raises */
+	if (!len)
+		return emit(w, 0);
+	e = slot_of(w, hash, utf8, len);
+	if (e->at)
+		return emit(w, (uint64_t)e->at);
 	if (w->strict && memchr(utf8, 0, len))
 		return -1;      /* strict: every name is the string up to its NUL */
 	if (grow((void **)&w->strings, &w->strings_cap, at + len + 1, 1))
@@ -1357,12 +1461,9 @@ static int emit_string(struct writer *w, PyObject *s)
 	memcpy(w->strings + at, utf8, len);
 	w->strings[at + len] = 0;
 	w->strings_len = at + len + 1;
-	off = PyLong_FromSsize_t(at);
-	if (!off || PyDict_SetItem(w->offsets, s, off)) {
-		Py_XDECREF(off);
+	*e = (struct laid_out){hash, at, len};
+	if (2 * ++w->laid_out_n >= w->laid_out_cap && more_laid_out(w))
 		return -1;
-	}
-	Py_DECREF(off);
 	return emit(w, (uint64_t)at);
 }
 
@@ -1422,11 +1523,12 @@ static int emit_fixed(struct writer *w, PyObject *t, int kind)
 
 	switch (kind) {
 	case K_INT:
-		if (w->strict && !(attr_within(t, A_ENCODING, 0x0f) && attr_within(t, A_BIT_OFFSET, 0xff)
-				   && attr_within(t, A_BITS, 0xff)))
+		if (w->strict && !(attr_within(w, t, A_ENCODING, 0x0f)
+				   && attr_within(w, t, A_BIT_OFFSET, 0xff)
+				   && attr_within(w, t, A_BITS, 0xff)))
 			return -1;
-		if (attr_masked(t, A_ENCODING, &enc) || attr_masked(t, A_BIT_OFFSET, &off)
-		    || attr_masked(t, A_BITS, &bits))
+		if (attr_masked(w, t, A_ENCODING, &enc) || attr_masked(w, t, A_BIT_OFFSET, &off)
+		    || attr_masked(w, t, A_BITS, &bits))
 			return -1;
 		return emit(w, (enc & 0x0f) << 24 | (off & 0xff) << 16 | (bits & 0xff));
 	case K_ARRAY:
@@ -1435,7 +1537,7 @@ static int emit_fixed(struct writer *w, PyObject *t, int kind)
 	case K_VAR:
 		return emit_attr(w, t, A_LINKAGE);
 	case K_DECL_TAG:
-		if (attr_exact(t, A_COMPONENT_IDX, &idx) || idx < -((int64_t)1 << 31)
+		if (attr_exact(w, t, A_COMPONENT_IDX, &idx) || idx < -((int64_t)1 << 31)
 		    || idx >= (int64_t)1 << 31)
 			return -1;
 		return emit(w, (uint64_t)idx & U32);
@@ -1447,25 +1549,25 @@ static int emit_fixed(struct writer *w, PyObject *t, int kind)
 /* One type: struct btf_type, then its fixed words and its entries. */
 static int emit_type(struct writer *w, PyObject *t)
 {
-	PyObject *items = PyObject_GetAttr(t, attrs[A_ITEMS]), *name = NULL;
+	PyObject *items = get_attr(&w->attrs, t, A_ITEMS), *name = NULL;
 	int64_t kind, kflag, vlen;
 	int err = -1;
 
-	if (!items || !PyTuple_Check(items) || attr_exact(t, A_KIND, &kind) || kind < 0
-	    || kind > K_LAST || attr_exact(t, A_KFLAG, &kflag))
+	if (!items || !PyTuple_Check(items) || attr_exact(w, t, A_KIND, &kind) || kind < 0
+	    || kind > K_LAST || attr_exact(w, t, A_KFLAG, &kflag))
 		goto out;
 	/* Strict: a kind dedup knows, a kind_flag the bit holds, and no
 	 * linkage where the format has none (dedup compares the model's). */
 	if (w->strict && (kind == K_UNKN || kflag < 0 || kflag > 1
-			  || (BIT(kind) & (MODIFIERS | BIT(K_PTR)) && !attr_within(t, A_LINKAGE, 0))))
+			  || (BIT(kind) & (MODIFIERS | BIT(K_PTR)) && !attr_within(w, t, A_LINKAGE, 0))))
 		goto out;
 	if (kind == K_FUNC) {
-		if (attr_exact(t, A_LINKAGE, &vlen))
+		if (attr_exact(w, t, A_LINKAGE, &vlen))
 			goto out;
 	} else {
 		vlen = PyTuple_GET_SIZE(items);
 	}
-	if (vlen > 0xffff || !(name = PyObject_GetAttr(t, attrs[A_NAME])) || emit_string(w, name)
+	if (vlen > 0xffff || !(name = get_attr(&w->attrs, t, A_NAME)) || emit_string(w, name)
 	    || emit(w, ((uint64_t)kflag & 1) << 31 | (uint64_t)kind << 24
 		    | ((uint64_t)vlen & 0xffff)))
 		goto out;
@@ -1486,43 +1588,45 @@ out:
 }
 
 /* The type section, the string section and each type's offset of the
- * types after void in ``types``; None where the Python writer decides
- * (strict: also wherever the blob would not read back as ``types``). */
+ * types after void in ``types``; None where the Python writer decides.
+ * strict: None also wherever the blob would not read back as ``types``,
+ * and no offsets (the C dedup indexes the blob itself). */
 static PyObject *write_types(PyObject *types, int big, int strict)
 {
-	struct writer w = {.strict = strict};
-	PyObject *key = PyUnicode_FromStringAndSize("", 0), *zero = PyLong_FromLong(0);
+	struct writer w = {.strict = strict, .laid_out_cap = 1024};
 	PyObject *out = NULL;
 	int failed;
 
-	w.offsets = PyDict_New();
-	w.starts = PyList_New(0);
-	failed = !key || !zero || !w.offsets || !w.starts
-		 || PyDict_SetItem(w.offsets, key, zero) || grow((void **)&w.strings,
-							    &w.strings_cap, 1, 1);
+	w.laid_out = PyMem_Calloc(w.laid_out_cap, sizeof(*w.laid_out));
+	w.starts = strict ? NULL : PyList_New(0);
+	failed = !w.laid_out || (!strict && !w.starts)
+		 || grow((void **)&w.strings, &w.strings_cap, 1, 1);
 	if (!failed)
 		w.strings[w.strings_len++] = 0;
+	if (PyList_GET_SIZE(types) > 1)
+		find_attrs(&w.attrs, PyList_GET_ITEM(types, 1));
 	for (Py_ssize_t i = 1; !failed && i < PyList_GET_SIZE(types); i++) {
-		PyObject *start = PyLong_FromSsize_t(w.n * 4);
-
-		failed = !start || PyList_Append(w.starts, start)
-			 || emit_type(&w, PyList_GET_ITEM(types, i));
-		Py_XDECREF(start);
+		if (!strict) {
+			PyObject *start = PyLong_FromSsize_t(w.n * 4);
+			failed = !start || PyList_Append(w.starts, start);
+			Py_XDECREF(start);
+		}
+		failed = failed || emit_type(&w, PyList_GET_ITEM(types, i));
 	}
 	if (!failed) {
 		if (big != HOST_BIG)
 			for (Py_ssize_t i = 0; i < w.n; i++)
 				w.words[i] = __builtin_bswap32(w.words[i]);
-		out = Py_BuildValue("(y#y#O)", w.n ? (const char *)w.words : "", w.n * 4,
-				    w.strings, w.strings_len, w.starts);
+		const char *words = w.n ? (const char *)w.words : "";
+		out = strict ? Py_BuildValue("(y#y#)", words, w.n * 4, w.strings, w.strings_len)
+			     : Py_BuildValue("(y#y#O)", words, w.n * 4, w.strings, w.strings_len,
+					     w.starts);
 	}
 	PyErr_Clear();          /* whatever went wrong, Python says what */
 	PyMem_Free(w.words);
 	PyMem_Free(w.strings);
-	Py_XDECREF(w.offsets);
+	PyMem_Free(w.laid_out);
 	Py_XDECREF(w.starts);
-	Py_XDECREF(key);
-	Py_XDECREF(zero);
 	return out ? out : Py_NewRef(Py_None);
 }
 
@@ -1584,7 +1688,8 @@ static PyMethodDef methods[] = {
 	{"write", write_blob, METH_VARARGS,
 	 "write(types, big_endian, strict=False) -> (type section, string section, each type's "
 	 "offset) as writer.encode_btf lays out the base BTF of types[1:], or None: let it "
-	 "decide.  strict: None too where the blob would not read back as types (dedup)."},
+	 "decide.  strict: (type section, string section), None too where the blob would not "
+	 "read back as types (dedup)."},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -120,13 +120,13 @@ def dedup_blob(btf: Btf) -> tuple[bytes, list[int], list[int]] | None:
     return header + section + strings, starts, datasecs
 
 
-def _written(btf: Btf) -> tuple[bytes, bytes, list[int]] | None:
+def _written(btf: Btf) -> tuple[bytes, bytes] | None:
     """What the C passes read: the blob's sections of base BTF ``btf``,
     in the host's byte order, written only if they read back as ``btf``
     (``_blob.write``'s strict mode); None without the compiled build."""
     if _C_DEDUP is None or _C_BLOB is None or btf.base is not None:
         return None
-    written: tuple[bytes, bytes, list[int]] | None = _C_BLOB.write(btf.types, _HOST_BIG, True)
+    written: tuple[bytes, bytes] | None = _C_BLOB.write(btf.types, _HOST_BIG, True)
     return written
 
 
