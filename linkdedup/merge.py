@@ -14,6 +14,10 @@ struct or union they refer to resolves to.  So:
    occurrence, and so are the types that never merge (VAR, DATASEC, ...);
    every other type becomes one entry for its hash.
 
+The compiled build runs the steps over every hash (1 and 4), the walk of
+3 and the parsing of the types it keeps in C (``_merge.c``), which reads
+the records of the first occurrences itself, and makes each name once.
+
 The result holds what libbpf's dedup would produce from the plain
 concatenation, plus what only dedup can decide (FWD resolution, the
 conflicting names), and is much smaller: the full dedup that follows sees
@@ -24,15 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import compress
+from typing import Final
 
+from objbtf import c_extension
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import is_definition, named_aggregate
 from objbtf.btf.header import order_char
-from objbtf.btf.kinds import KINDS
+from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.reader import TypeParser
 from objbtf.btf.chunk import Chunk
 from objbtf.btf.strings import StringReader
-from objbtf.btf.types import Btf, BtfType
+from objbtf.btf.types import Btf, BtfType, Enumerator, Member, Param, VarSecinfo
 
 from .concat import Blob
 from .workers import run_sharded
@@ -45,6 +51,12 @@ _MERGEABLE = bytes.maketrans(bytes(range(256)), b'\1' + b'\0' * 255)
 #: Fewest types worth a worker's scan: scanning takes about 0.15 us a type,
 #: forking a worker and taking its result back a few milliseconds.
 _MIN_SCAN_SHARE = 100_000
+#: linkdedup._merge, when the compiled build runs: the passes over every
+#: hash, in C, in one process (the -j workers' scan is for Python's).
+_C: Final = c_extension('linkdedup._merge')
+#: The classes the C builds the types of.
+_CLASSES: Final = (BtfType, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param,
+                   Enumerator, VarSecinfo)
 
 
 class _Part:
@@ -56,7 +68,9 @@ class _Part:
         h = blob.header
         self.strings = _ViewStrings(h.strings(blob.data))
         self.types_start = h.hdr_len + h.type_off
-        self.parser = TypeParser(h.types(blob.data), order_char(h.order), self.strings)
+        self.types = h.types(blob.data)
+        self.big_endian = h.order == 'big'
+        self.parser = TypeParser(self.types, order_char(h.order), self.strings)
         self.chunk = chunk
         self.offsets = chunk.offsets
         self.count = len(chunk.offsets)
@@ -125,25 +139,58 @@ def merge_blobs(blobs: list[Blob], chunks: list[Chunk], base: Btf | None,
     ``jobs`` processes scan the chunks."""
     parts = [_Part(i, b, chunks[i]) for i, b in enumerate(blobs)]
     first, unmergeable = _scan_chunks(parts, jobs)
+    start = base.next_id if base is not None else 1
+    merged = _c_merged(parts, first, unmergeable, start, release) if _C is not None else None
+    order, types = merged or _merged(parts, first, unmergeable, start, release)
+    out = Btf(base=base, byteorder=byteorder)
+    out.types += types
+    return MergedTable(out, parts, order, sum(p.count for p in parts))
+
+
+def _merged(parts: list[_Part], first: dict[int, int], unmergeable: list[int], start: int,
+            release: Callable[[Blob], None]) -> tuple[list[int], list[BtfType]]:
+    """The merged table's positions in order (the first occurrence of each
+    hash that merges, and those taken as they are) and its types, numbered
+    from ``start``."""
     parsed = _parse_positions(parts, first.values(), release)
     unsafe = _unsafe_hashes(parts, first, parsed)
     own = _own_positions(parts, unsafe, unmergeable)
     parsed.update(_parse_positions(parts, own - parsed.keys(), release))
     merged = {h: p for h, p in first.items() if h not in unsafe}
     order = sorted(set(merged.values()) | own)
-    start = base.next_id if base is not None else 1
     ids = {pos: start + k for k, pos in enumerate(order)}
     by_hash = {h: ids[p] for h, p in merged.items()}
-    out = Btf(base=base, byteorder=byteorder)
     resolvers = [_resolver(part, ids, by_hash) for part in parts]
+    types = []
     for pos in order:
         t = parsed[pos]
         t.remap(resolvers[pos >> _LOCAL_BITS])
-        out.types.append(t)
-    return MergedTable(out, parts, order, sum(p.count for p in parts))
+        types.append(t)
+    return order, types
 
 
-def _resolver(part: _Part, ids: dict[int, int], by_hash: dict[int, int]):
+def _c_merged(parts: list[_Part], first: dict[int, int], unmergeable: list[int], start: int,
+              release: Callable[[Blob], None]) -> tuple[list[int], list[BtfType]] | None:
+    """``_merged`` in C (linkdedup._merge), which builds the types from
+    their records as ``TypeParser`` does, each name once.  None when the C
+    leaves it to the Python, which then says what is wrong: a type that
+    refers past its blob's last type, a record the parser refuses."""
+    hashes = [(p.chunk.hashes, p.chunk.flags) for p in parts]
+    records = [(p.chunk.hashes, p.chunk.flags, p.offsets, p.types, p.strings.view,
+                p.big_endian) for p in parts]
+    def release_part(i: int) -> None:
+        release(parts[i].blob)
+    unsafe = _C.unsafe_hashes(records, first, release_part)
+    laid_out = _C.layout(hashes, first, unsafe, unmergeable, start) if unsafe is not None else None
+    if laid_out is None:
+        return None
+    order, maps = laid_out
+    types = _C.merged(records, order, maps, _CLASSES, release_part)
+    return None if types is None else (order, types)
+
+
+def _resolver(part: _Part, ids: dict[int, int],
+              by_hash: dict[int, int]) -> Callable[[int], int]:
     """Maps a type id local to ``part`` to its id in the merged table: its
     own entry if it was taken as it is, else its hash's."""
     low = part.order << _LOCAL_BITS
@@ -173,6 +220,11 @@ def _scan_chunks(parts: list[_Part], jobs: int) -> tuple[dict[int, int], list[in
     and the positions of the unmergeable types.  Each of the ``jobs``
     processes pre-merges a shard of the blobs: a million occurrences come
     back as tens of thousands of distinct hashes per shard."""
+    if _C is not None:
+        found: tuple[dict[int, int], list[int]] = _C.first_occurrences(
+            [(p.chunk.hashes, p.chunk.flags) for p in parts])
+        return found
+
     def shard(r: range) -> tuple[dict[int, int], list[int]]:
         return _first_occurrences(parts[r.start:r.stop]), _unmergeable(parts[r.start:r.stop])
     results = run_sharded(shard, [p.count for p in parts], jobs, _MIN_SCAN_SHARE)
