@@ -201,6 +201,20 @@ static inline uint32_t position(Py_ssize_t part, uint32_t local)
 	return (uint32_t)part << LOCAL_BITS | local;
 }
 
+/* Where each part's ids start in the maps of all parts (``at[nparts]``:
+ * their length); NULL when out of memory. */
+static uint32_t *part_starts(const struct part *parts, Py_ssize_t nparts)
+{
+	uint32_t *at = PyMem_Malloc((nparts + 1) * sizeof(*at));
+	size_t total = 0;
+
+	for (Py_ssize_t i = 0; at && i <= nparts; i++) {
+		at[i] = (uint32_t)total;
+		total += i < nparts ? parts[i].count + 1 : 0;
+	}
+	return at;
+}
+
 /* Position ``pos`` names a type of ``parts``. */
 static inline int in_parts(const struct part *parts, Py_ssize_t nparts, unsigned long pos)
 {
@@ -790,27 +804,29 @@ static PyObject *layout(PyObject *self, PyObject *args)
 	if (!PyArg_ParseTuple(args, "OO!O!Ok:layout", &seq, &PyDict_Type, &first,
 			      &PySet_Type, &unsafe, &unmergeable, &start))
 		return NULL;
+	if (!start) {
+		PyErr_SetString(PyExc_ValueError, "layout: ids start at 1 or later");
+		return NULL;
+	}
 	if (!(parts = read_parts(seq, &nparts, 0)))
 		return NULL;
-	if (!(at = PyMem_Malloc((nparts + 1) * sizeof(*at))))
+	if (!(at = part_starts(parts, nparts)))
 		goto oom;
-	for (Py_ssize_t i = 0; i < nparts; i++) {
-		at[i] = (uint32_t)total;
-		total += parts[i].count + 1;
-	}
-	at[nparts] = (uint32_t)total;
+	total = at[nparts];
 	/* own[at[part] + local]: the type's own id once numbered; 1 until then
 	 * for a type taken as it is or its hash's first occurrence. */
-	if (!(own = PyMem_Calloc(total + 1, sizeof(*own))) || read_hash_set(unsafe, &bad))
-		goto fail;
+	if (!(own = PyMem_Calloc(total + 1, sizeof(*own))))
+		goto oom;
+	if (read_hash_set(unsafe, &bad))
+		goto done;
 	fast = PySequence_Fast(unmergeable, "unmergeable: a sequence");
 	if (!fast)
-		goto fail;
+		goto done;
 	for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fast); j++) {
 		unsigned long pos = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(fast, j));
 
 		if (PyErr_Occurred())
-			goto fail;
+			goto done;
 		if (!in_parts(parts, nparts, pos))
 			goto give_up;
 		own[at[pos >> LOCAL_BITS] + (pos & LOCAL_MASK)] = 1;
@@ -824,7 +840,7 @@ static PyObject *layout(PyObject *self, PyObject *args)
 		unsigned long pos = PyLong_AsUnsignedLong(v);
 
 		if (PyErr_Occurred())
-			goto fail;
+			goto done;
 		if (!in_parts(parts, nparts, pos))
 			goto give_up;
 		if (table_get(&bad, h) == NONE)
@@ -850,7 +866,7 @@ static PyObject *layout(PyObject *self, PyObject *args)
 			goto oom;
 	}
 	if (!(maps = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total * 4))))
-		goto fail;
+		goto done;
 	map = (uint32_t *)PyBytes_AS_STRING(maps);
 	for (Py_ssize_t i = 0; i < nparts; i++) {
 		map[at[i]] = 0;
@@ -864,14 +880,14 @@ static PyObject *layout(PyObject *self, PyObject *args)
 	}
 	if ((order = positions_list(kept, nkept)))
 		out = PyTuple_Pack(2, order, maps);
-	goto fail;
+	goto done;
 give_up:
 	PyErr_Clear();
 	out = Py_NewRef(Py_None);
-	goto fail;
+	goto done;
 oom:
 	PyErr_NoMemory();
-fail:
+done:
 	Py_XDECREF(fast);
 	Py_XDECREF(order);
 	Py_XDECREF(maps);
@@ -1096,7 +1112,6 @@ static PyObject *merged(PyObject *self, PyObject *args)
 	struct part *parts;
 	struct builder b = {0};
 	uint32_t *at = NULL;
-	size_t total = 0;
 	int give_up = 0;
 
 	if (!PyArg_ParseTuple(args, "OOOO!|O:merged", &seq, &order, &maps, &PyTuple_Type, &classes,
@@ -1113,15 +1128,11 @@ static PyObject *merged(PyObject *self, PyObject *args)
 		return NULL;
 	if (get_buffer(maps, &map, 4, "maps") || !(fast = PySequence_Fast(order, "order")))
 		goto done;
-	if (!(at = PyMem_Malloc((nparts + 1) * sizeof(*at))) || table_init(&b.texts.by_hash, 1 << 14)) {
+	if (!(at = part_starts(parts, nparts)) || table_init(&b.texts.by_hash, 1 << 14)) {
 		PyErr_NoMemory();
 		goto done;
 	}
-	for (Py_ssize_t i = 0; i < nparts; i++) {
-		at[i] = (uint32_t)total;
-		total += parts[i].count + 1;
-	}
-	if ((size_t)map.len != 4 * total) {
+	if ((size_t)map.len != 4 * (size_t)at[nparts]) {
 		PyErr_SetString(PyExc_ValueError, "maps: not one id per type and blob");
 		goto done;
 	}

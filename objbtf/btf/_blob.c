@@ -1403,18 +1403,19 @@ static int value_reads_back(PyObject *v, int kind, int is_signed)
 	return 1;
 }
 
-/* The slot of the string of ``hash`` whose UTF-8 is ``utf8``: its own, or
- * the empty one where it would go. */
-static struct laid_out *slot_of(const struct writer *w, Py_hash_t hash, const char *utf8,
-				Py_ssize_t len)
+/* The slot in ``table`` (of ``cap`` slots, strings laid out in
+ * ``strings``) of the string of ``hash`` whose UTF-8 is ``utf8``: its own,
+ * or the empty one where it would go. */
+static struct laid_out *slot_of(struct laid_out *table, size_t cap, const char *strings,
+				Py_hash_t hash, const char *utf8, Py_ssize_t len)
 {
-	size_t mask = w->laid_out_cap - 1, i = (size_t)hash & mask;
+	size_t mask = cap - 1, i = (size_t)hash & mask;
 	struct laid_out *e;
 
 	for (;; i = (i + 1) & mask) {
-		e = &w->laid_out[i];
+		e = &table[i];
 		if (!e->at || (e->hash == hash && e->len == len
-			       && memcmp(w->strings + e->at, utf8, (size_t)len) == 0))
+			       && memcmp(strings + e->at, utf8, (size_t)len) == 0))
 			return e;
 	}
 }
@@ -1422,19 +1423,19 @@ static struct laid_out *slot_of(const struct writer *w, Py_hash_t hash, const ch
 /* Doubles the table of laid-out strings: 0, or -1 when out of memory. */
 static int more_laid_out(struct writer *w)
 {
-	struct writer bigger = {.strings = w->strings, .laid_out_cap = 2 * w->laid_out_cap};
+	size_t cap = 2 * w->laid_out_cap;
+	struct laid_out *bigger = PyMem_Calloc(cap, sizeof(*bigger));
 
-	bigger.laid_out = PyMem_Calloc(bigger.laid_out_cap, sizeof(*bigger.laid_out));
-	if (!bigger.laid_out)
+	if (!bigger)
 		return -1;
 	for (size_t i = 0; i < w->laid_out_cap; i++) {
 		const struct laid_out *e = &w->laid_out[i];
 		if (e->at)
-			*slot_of(&bigger, e->hash, w->strings + e->at, e->len) = *e;
+			*slot_of(bigger, cap, w->strings, e->hash, w->strings + e->at, e->len) = *e;
 	}
 	PyMem_Free(w->laid_out);
-	w->laid_out = bigger.laid_out;
-	w->laid_out_cap = bigger.laid_out_cap;
+	w->laid_out = bigger;
+	w->laid_out_cap = cap;
 	return 0;
 }
 
@@ -1448,10 +1449,10 @@ static int emit_string(struct writer *w, PyObject *s)
 
 	if (!PyUnicode_CheckExact(s) || (hash = PyObject_Hash(s)) == -1
 	    || !(utf8 = PyUnicode_AsUTF8AndSize(s, &len)))
-		return -1;      /* not UTF-8 (a surrogate): Python raises */
+		return -1;      /* a str subclass, or not UTF-8 (a surrogate): Python decides */
 	if (!len)
 		return emit(w, 0);
-	e = slot_of(w, hash, utf8, len);
+	e = slot_of(w->laid_out, w->laid_out_cap, w->strings, hash, utf8, len);
 	if (e->at)
 		return emit(w, (uint64_t)e->at);
 	if (w->strict && memchr(utf8, 0, len))
