@@ -136,7 +136,8 @@ def merge_blobs(blobs: list[Blob], chunks: list[Chunk], base: Btf | None,
     """Concatenate ``blobs`` (in this order), merging by hash where that is
     exact; ``chunks`` are the blobs' chunks, in the same order.
     ``release(blob)`` is called when the blob's bytes are not needed for now.
-    ``jobs`` processes scan the chunks."""
+    ``jobs`` processes scan the chunks (the pure-Python build's scan; the
+    C one takes one)."""
     parts = [_Part(i, b, chunks[i]) for i, b in enumerate(blobs)]
     first, unmergeable = _scan_chunks(parts, jobs)
     start = base.next_id if base is not None else 1
@@ -178,8 +179,10 @@ def _c_merged(parts: list[_Part], first: dict[int, int], unmergeable: list[int],
     hashes = [(p.chunk.hashes, p.chunk.flags) for p in parts]
     records = [(p.chunk.hashes, p.chunk.flags, p.offsets, p.types, p.strings.view,
                 p.big_endian) for p in parts]
+
     def release_part(i: int) -> None:
         release(parts[i].blob)
+
     unsafe = _C.unsafe_hashes(records, first, release_part)
     laid_out = _C.layout(hashes, first, unsafe, unmergeable, start) if unsafe is not None else None
     if laid_out is None:

@@ -117,8 +117,10 @@ COMMANDS = {c.name: c for c in (
                help='With --objects: warn about listed objects without BTF, and link '
                     'the others.'),
         Option(('-j', '--jobs'), 'jobs', 'jobs', metavar='N',
-               help='Processes that share the work over the objects (default: the CPUs '
-                    'this process may use).  The output is the same for any N.'),
+               help='Processes that share the work over the objects: hashing the types '
+                    'of a file without .BTF.objbtf, and in the pure-Python build scanning '
+                    'the hashes (default: the CPUs this process may use).  The output is '
+                    'the same for any N.'),
         Option(('-q', '--quiet'), 'quiet', 'flag',
                help='No summary and no progress; warnings and errors still go to stderr.'),
         FEATURES,
