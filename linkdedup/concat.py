@@ -40,7 +40,7 @@ def blob_label(index: int, offset: int, name: str | None) -> str:
     return f'the BTF of {name} ({where})' if name else f'BTF {where}'
 
 
-def split_blobs(section: bytes, names: Sequence[str | None] = ()) -> list[Blob]:
+def split_blobs(section: bytes | memoryview, names: Sequence[str | None] = ()) -> list[Blob]:
     """The blobs of a concatenated .BTF section, in link order (views into
     ``section``, not copies: a vmlinux has tens of megabytes of them);
     ``names[i]`` is the object of blob i, when known."""

@@ -130,7 +130,16 @@ class Progress:
 class LinkState:
     """What the passes share: the link's options, the file, and what each
     pass leaves for the next.  Each pass reads the fields the passes before
-    it set (see the order at the top of ``linkdedup/__init__.py``)."""
+    it set (see the order at the top of ``linkdedup/__init__.py``): those
+    declared below without a value exist once the pass named beside them
+    has run."""
+
+    elf: ElfFile                    # _linked (or whoever runs the passes)
+    inputs: Inputs                  # read_pass
+    symbols: FromSymbols            # read_pass
+    table: MergedTable              # merge_pass
+    graves: Tombstones              # relocate_pass
+    final: Btf                      # dedup_pass
 
     def __init__(self, path: str, features: Features, *, base_path: str | None = None,
                  output: str | None = None, section: str = '.BTF',
@@ -152,20 +161,21 @@ class LinkState:
         self.progress = progress or Progress(False)
         self.merge = merge            # False: every type as it is (no merging by hash)
         self.summary = Summary()
-        self.elf: ElfFile | None = None
         self.base: Btf | None = None
         self.index: BaseIndex | None = None
-        self.inputs: Inputs | None = None
-        self.symbols: FromSymbols | None = None
         self.cache_key: bytes | None = None
-        self.table: MergedTable | None = None
         self.merged: list[BtfType] = []     # the table's types as merging made them
         self.fields: Fields = {}
         self.placed: Placements = {}
-        self.graves: Tombstones | None = None
         self.layout: list[list[Field]] = []
-        self.final: Btf | None = None
-        self.raw: bytes | None = None
+        self.raw: bytes | None = None       # encode_pass, or replay_pass from the cache
+
+    @property
+    def raw_bytes(self) -> bytes:
+        """The final BTF's bytes, for the passes that follow them (``FINISH``)."""
+        if self.raw is None:
+            raise LinkError(f'{self.path}: the link wrote nothing (a pass out of order)')
+        return self.raw
 
     @property
     def btf(self) -> Btf:
@@ -315,7 +325,8 @@ def _check_final_datasecs(state: LinkState) -> None:
     size of a DATASEC's entry only if its VAR was resolved before.  Dedup
     keeps the DATASECs, in order, near the end: they are looked for from
     there."""
-    final, datasecs = state.final, []
+    final = state.final
+    datasecs: list[int] = []
     for type_id in range(final.next_id - 1, final.start_id - 1, -1):
         if len(datasecs) == len(state.layout):
             break
@@ -354,8 +365,9 @@ def dedup_pass(state: LinkState) -> None:
     state.progress.step(f'dedup {len(state.btf)} types')
     try:
         if state.index is not None:
+            hashes, flags = state.table.chunk_entries()
             state.final, state.summary.premapped = split_dedup(
-                state.btf, state.merged, *state.table.chunk_entries(), state.index)
+                state.btf, state.merged, hashes, flags, state.index)
         else:
             state.final = dedup(state.btf)
     except (IndexError, BtfError):
@@ -384,7 +396,7 @@ def encode_pass(state: LinkState) -> None:
     state.progress.step('emit')
     offsets: list[int] = []
     try:
-        state.raw = encode_btf(state.final, offsets)
+        raw = encode_btf(state.final, offsets)
     except UnicodeEncodeError as err:
         # As encode: a name read from damaged bytes (here a section's, or a
         # blob's that a re-signed chunk vouched for) cannot be BTF text.
@@ -393,31 +405,32 @@ def encode_pass(state: LinkState) -> None:
     if state.split_vars is not None:
         if state.base is not None:
             raise LinkError(f'{state.path}: --split-vars is for vmlinux, not for a module')
-        state.raw, split_raw, moved = split_variables(state.final)
+        raw, split_raw, moved = split_variables(state.final)
         if not moved:
             raise LinkError(f'{state.path}: no variables outside .data..percpu to split off: '
                             'encode the objects with --btf-features default,global_var')
         write_atomically(state.split_vars, [split_raw])
         state.summary.split = f'{moved} variables to {state.split_vars}'
-    if state.cache is not None:
+    if state.cache is not None and state.cache_key is not None:     # replay_pass made the key
         datasecs = link_cache.describe_datasecs(state.final, offsets, state.layout,
                                                 BTF_HEADER_LEN)
         if datasecs is not None:
             link_cache.store(state.cache, state.cache_key,
-                             link_cache.CachedLink(state.raw, datasecs,
-                                                   state.summary.cacheable()))
+                             link_cache.CachedLink(raw, datasecs, state.summary.cacheable()))
+    state.raw = raw
 
 
 def emit_pass(state: LinkState) -> None:
     """Pass 9: the final BTF written where it was asked for (``emit``)."""
-    state.summary.written = emit(state.raw, state.elf, state.path, state.section, state.output)
+    state.summary.written = emit(state.raw_bytes, state.elf, state.path, state.section,
+                                 state.output)
 
 
 def stamp_pass(state: LinkState) -> None:
     """Pass 10: with ``--types-stamp``, that file rewritten if the types
     modules depend on changed (``stamp``)."""
     if state.types_stamp is not None:
-        stamp.stamp_types(state.types_stamp, state.raw, state.path)
+        stamp.stamp_types(state.types_stamp, state.raw_bytes, state.path)
 
 
 #: The passes before dedup: what libbpf's dedup would be given.

@@ -119,12 +119,12 @@ class Chunk:
         corrupt chunk's name may hold any bytes)."""
         return None if self.name is None else shown(self.name)
 
-    def describes(self, blob: bytes) -> bool:
+    def describes(self, blob: bytes | memoryview) -> bool:
         """Whether the chunk is unchanged since the encoder wrote it for
         ``blob`` (empty for an object without types), as its checksum says."""
         return self.checksum is not None and self.checksum_with(blob) == self.checksum
 
-    def checksum_with(self, blob: bytes) -> int | None:
+    def checksum_with(self, blob: bytes | memoryview) -> int | None:
         """The checksum of this chunk as read and ``blob``; None when there
         is none (a chunk the link made) or the blob is not laid out as the
         chunk says."""
@@ -167,7 +167,8 @@ def _chunk_crc(head: bytes | memoryview, body: bytes | memoryview) -> int:
     return zlib.crc32(body, zlib.crc32(bytes(_CHECKSUM_LEN), zlib.crc32(head)))
 
 
-def _blob_crc(crc: int, blob: bytes, offsets: Sequence[int], flags: bytes | bytearray) -> int:
+def _blob_crc(crc: int, blob: bytes | memoryview, offsets: Sequence[int],
+              flags: bytes | bytearray) -> int:
     """``crc`` continued over ``blob``, the offset field of each DATASEC entry
     taken as zero: ld writes the variables' addresses there.  The DATASECs
     are among the types ``flags`` marks never to merge, as every one is."""
@@ -194,7 +195,7 @@ def typeless_chunk(name: str, byteorder: str) -> bytes:
     return encode_chunk(name, [0], [], b'\0', b'', byteorder)
 
 
-def split_chunks(data: bytes, byteorder: str) -> list[Chunk]:
+def split_chunks(data: bytes | memoryview, byteorder: str) -> list[Chunk]:
     """Every chunk of a concatenated .BTF.objbtf section, in link order,
     whatever its version (see ``Chunk.usable``)."""
     e = '<' if byteorder == 'little' else '>'

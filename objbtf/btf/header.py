@@ -17,7 +17,7 @@ def order_char(byteorder: str) -> str:
     return '<' if byteorder == 'little' else '>'
 
 
-def byteorder_of(data: bytes) -> str:
+def byteorder_of(data: bytes | memoryview) -> str:
     """'little' or 'big' from the magic, or raise BtfError."""
     if len(data) < 4:
         raise BtfError('too short for a BTF header')
@@ -53,7 +53,7 @@ class BtfHeader:
     flags: int = 0
 
     @classmethod
-    def read(cls, data: bytes) -> BtfHeader:
+    def read(cls, data: bytes | memoryview) -> BtfHeader:
         """The header of a blob whose sections lie within ``data``, or raise BtfError."""
         order = byteorder_of(data)
         fmt = order_char(order) + _LAYOUT
