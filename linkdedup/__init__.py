@@ -7,7 +7,8 @@
    (or hash the blob when the chunk is missing).  With ``--cache``, a link
    of objects whose types are those of the last link replays it here and
    goes straight to emit (``cache``).
-2. merge (``merge``): one table of every object's types, merged by the
+2. merge (``merge``; in the compiled build its steps run in C,
+   ``_merge.c``): one table of every object's types, merged by the
    chunks' hashes; types that cannot be merged by hash stay as they are.
    First, because every later pass is cheaper on the smaller table.
 3. relocate (``relocate``): where each DATASEC entry's variable landed in
@@ -29,7 +30,8 @@
     the types modules depend on changed; Kbuild's modules depend on it.
 
 Passes 2 to 6 remove types through ``tombstone`` so that ids do not move
-before dedup; ``workers`` shares passes 1 and 2 among ``-j`` processes.
+before dedup; ``workers`` shares passes 1 and 2 among ``-j`` processes
+(pass 2 only in the pure-Python build, whose scan of the hashes is slower).
 """
 
 # objbtf decides whether the compiled modules (objbtf.COMPILED, three of

@@ -7,15 +7,19 @@
  *
  * - first_occurrences: merge.py's _scan_chunks;
  * - unsafe_hashes: _unsafe_hashes, on the records of the first
- *   occurrences (which merge.py has parsed, and so checked, before);
+ *   occurrences, read here (bounds-checked) without parsing them;
  * - layout: _own_positions, the merged table's order, and what each
- *   type id local to a blob becomes, as one map per blob.
+ *   type id local to a blob becomes, as one map per blob;
+ * - merged: the kept types, built from their records as reader.py's
+ *   TypeParser builds them, their ids mapped by layout's maps.
  *
- * Each gives what its Python twin gives (tests/test_merge_c.py compares
+ * Together they are merge.py's _merged (tests/test_c_merge.py compares
  * them).  Where the Python would raise or meets what it does not expect
- * (a reference past a blob's last type, a kind this file does not know, a
- * record outside its section), the C returns None and merge.py runs the
- * Python, which decides and says why.
+ * (a reference past a blob's last type, a record the parser refuses, a
+ * kind past ENUM64, a record outside its section), the C returns None and
+ * merge.py runs the Python, which decides and says why.  The passes over
+ * the records read the blobs in order, and call release(part) after each,
+ * so that the link can drop its pages.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -160,8 +164,12 @@ static struct part *read_parts(PyObject *seq, Py_ssize_t *n, int records)
 		if (get_buffer(PyTuple_GET_ITEM(item, 0), &p->hashes, 8, "hashes")
 		    || get_buffer(PyTuple_GET_ITEM(item, 1), &p->flags, 1, "flags"))
 			goto fail;
+		if (p->hashes.len / 8 > LOCAL_MASK) {
+			PyErr_SetString(PyExc_ValueError, "parts: more types in a blob than BTF holds");
+			goto fail;
+		}
 		p->count = (uint32_t)(p->hashes.len / 8);
-		if (p->flags.len != p->hashes.len / 8 || p->hashes.len / 8 > LOCAL_MASK) {
+		if (p->flags.len != p->count) {
 			PyErr_SetString(PyExc_ValueError, "parts: hashes and flags differ in length");
 			goto fail;
 		}
@@ -681,11 +689,12 @@ static int read_first(PyObject *first, const struct part *parts, Py_ssize_t npar
 		return OUT_OF_MEMORY;
 	while (PyDict_Next(first, &it, &k, &v)) {
 		struct occurrence *o = &(*occ)[(*n)++];
+		unsigned long pos = PyLong_AsUnsignedLong(v);
 
 		o->hash = PyLong_AsUnsignedLongLong(k);
-		o->pos = (uint32_t)PyLong_AsUnsignedLong(v);
-		if (PyErr_Occurred() || !in_parts(parts, nparts, o->pos))
+		if (PyErr_Occurred() || !in_parts(parts, nparts, pos))
 			return GIVE_UP;
+		o->pos = (uint32_t)pos;
 	}
 	qsort(*occ, *n, sizeof(**occ), by_position);
 	for (size_t i = 0; i < *n; i++) {
