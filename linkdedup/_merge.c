@@ -402,13 +402,13 @@ static int release_part(PyObject *release, Py_ssize_t part)
 	return done ? 0 : PY_ERROR;
 }
 
-/* The record of occurrence ``o``: its words, checked to lie in the type
- * section: 0, or GIVE_UP. */
-static int record_of(const struct part *parts, const struct occurrence *o,
-		     const uint8_t **rec, uint32_t *kind, uint32_t *vlen)
+/* The record of the type at ``pos``: its words, checked to lie in the
+ * type section: 0, or GIVE_UP. */
+static int record_of(const struct part *parts, uint32_t pos, const uint8_t **rec,
+		     uint32_t *kind, uint32_t *vlen)
 {
-	const struct part *p = &parts[o->pos >> LOCAL_BITS];
-	uint32_t local = o->pos & LOCAL_MASK, off, info;
+	const struct part *p = &parts[pos >> LOCAL_BITS];
+	uint32_t local = pos & LOCAL_MASK, off, info;
 	size_t words;
 
 	if (local == 0 || local > p->count)
@@ -426,20 +426,34 @@ static int record_of(const struct part *parts, const struct occurrence *o,
 	return (size_t)off + 4 * words > (size_t)p->types.len ? GIVE_UP : 0;
 }
 
+/* The text of the string at ``off`` in ``p``'s section and its length;
+ * NULL when it lies outside the section or is not terminated. */
+static const char *text_at(const struct part *p, uint32_t off, uint32_t *len)
+{
+	const char *text, *end;
+
+	if (off >= (uint64_t)p->strings.len)
+		return NULL;
+	text = (const char *)p->strings.buf + off;
+	if (!(end = memchr(text, 0, (size_t)p->strings.len - off)))
+		return NULL;
+	*len = (uint32_t)(end - text);
+	return text;
+}
+
 /* named_aggregate and is_definition of occurrence ``o``: 0, or GIVE_UP /
  * OUT_OF_MEMORY. */
 static int name_occurrence(const struct part *parts, struct occurrence *o, struct names *ns)
 {
 	const struct part *p = &parts[o->pos >> LOCAL_BITS];
 	const uint8_t *rec;
-	uint32_t kind, vlen, name_off, info;
+	uint32_t kind, vlen, info, len;
 	int family;
-	const char *text, *end;
+	const char *text;
 
 	o->name = NONE;
-	if (record_of(parts, o, &rec, &kind, &vlen))
+	if (record_of(parts, o->pos, &rec, &kind, &vlen))
 		return GIVE_UP;
-	name_off = word(p, rec);
 	info = word(p, rec + 4);
 	switch (kind) {
 	case K_STRUCT: family = 0; break;
@@ -448,35 +462,31 @@ static int name_occurrence(const struct part *parts, struct occurrence *o, struc
 	case K_ENUM: case K_ENUM64: family = 2; break;
 	default: return 0;
 	}
-	if (name_off >= (uint64_t)p->strings.len)
+	if (!(text = text_at(p, word(p, rec), &len)))
 		return GIVE_UP;
-	text = (const char *)p->strings.buf + name_off;
-	if (!*text)
+	if (!len)
 		return 0;
-	end = memchr(text, 0, (size_t)p->strings.len - name_off);
-	if (!end)
-		return GIVE_UP;
-	for (const char *c = text; c < end; c++)
-		if (*c & 0x80)
+	for (uint32_t i = 0; i < len; i++)
+		if (text[i] & 0x80)
 			return GIVE_UP;     /* decoded with 'replace', two texts may be one name */
-	o->name = name_id(ns, (uint8_t)family, text, (uint32_t)(end - text));
+	o->name = name_id(ns, (uint8_t)family, text, len);
 	if (o->name == NONE)
 		return OUT_OF_MEMORY;
 	o->definition = kind == K_STRUCT || kind == K_UNION || (kind != K_FWD && vlen > 0);
 	return 0;
 }
 
-/* Calls ``each(ctx, ref)`` for every type id occurrence ``o`` refers to
- * (BtfType.refs); a non-zero return stops the walk and is returned. */
-static int for_each_ref(const struct part *parts, const struct occurrence *o,
+/* Calls ``each(ctx, ref)`` for every type id the type at ``pos`` refers
+ * to (BtfType.refs); a non-zero return stops the walk and is returned. */
+static int for_each_ref(const struct part *parts, uint32_t pos,
 			int (*each)(void *, uint32_t), void *ctx)
 {
-	const struct part *p = &parts[o->pos >> LOCAL_BITS];
+	const struct part *p = &parts[pos >> LOCAL_BITS];
 	const uint8_t *rec, *entries;
 	uint32_t kind, vlen;
 	int ret = 0;
 
-	if (record_of(parts, o, &rec, &kind, &vlen))
+	if (record_of(parts, pos, &rec, &kind, &vlen))
 		return GIVE_UP;
 	entries = rec + 12 + 4 * fixed_words[kind];
 	if (ONE_REF & BIT(kind))
@@ -703,7 +713,7 @@ static int read_first(PyObject *first, const struct part *parts, Py_ssize_t npar
 
 		refs->part = &parts[part];
 		o->refs = (uint32_t)refs->n;
-		if ((ret = name_occurrence(parts, o, ns)) || (ret = for_each_ref(parts, o, keep_ref, refs)))
+		if ((ret = name_occurrence(parts, o, ns)) || (ret = for_each_ref(parts, o->pos, keep_ref, refs)))
 			return ret;
 		o->nrefs = (uint32_t)(refs->n - o->refs);
 		if (table_add(index, o->hash, (uint32_t)i))
@@ -929,19 +939,17 @@ struct builder {
  * outside the section, else a Python error. */
 static PyObject *name_at(struct builder *b, const struct part *p, uint32_t off, int *give_up)
 {
-	const char *text, *end;
-	uint32_t id;
+	const char *text;
+	uint32_t id, len;
 
-	if (off >= (uint64_t)p->strings.len
-	    || !(end = memchr(text = (const char *)p->strings.buf + off, 0,
-			      (size_t)p->strings.len - off)))
+	if (!(text = text_at(p, off, &len)))
 		return *give_up = 1, NULL;
 	if (grow((void **)&b->text_objects, &b->objects_cap, b->made + 1, sizeof(*b->text_objects))
-	    || (id = name_id(&b->texts, 0, text, (uint32_t)(end - text))) == NONE)
+	    || (id = name_id(&b->texts, 0, text, len)) == NONE)
 		return PyErr_NoMemory();
 	if (id < b->made)
 		return Py_NewRef(b->text_objects[id]);
-	if (!(b->text_objects[id] = PyUnicode_DecodeUTF8(text, end - text, "replace")))
+	if (!(b->text_objects[id] = PyUnicode_DecodeUTF8(text, len, "replace")))
 		return NULL;
 	b->made++;
 	return Py_NewRef(b->text_objects[id]);
@@ -1041,7 +1049,6 @@ static PyObject *build(struct builder *b, const struct part *parts, uint32_t pos
 		       const uint32_t *map, int *give_up)
 {
 	const struct part *p = &parts[pos >> LOCAL_BITS];
-	struct occurrence o = {.pos = pos};
 	const uint8_t *rec;
 	uint32_t kind, vlen, info, st, extra = 0, kflag;
 	/* BtfType's fields, in its __init__'s order, after kind and name. */
@@ -1050,7 +1057,7 @@ static PyObject *build(struct builder *b, const struct part *parts, uint32_t pos
 				   nelems, linkage, (component_idx apart) */
 	long component_idx = -1;
 
-	if (record_of(parts, &o, &rec, &kind, &vlen))
+	if (record_of(parts, pos, &rec, &kind, &vlen))
 		return *give_up = 1, NULL;
 	info = word(p, rec + 4);
 	st = word(p, rec + 8);
@@ -1116,7 +1123,7 @@ done:
 static PyObject *merged(PyObject *self, PyObject *args)
 {
 	PyObject *seq, *order, *maps, *classes, *release = Py_None, *fast = NULL, *out = NULL;
-	Py_ssize_t nparts = 0, n;
+	Py_ssize_t nparts = 0, n, read_part = 0;     /* read_part: the part of the last type built */
 	Py_buffer map = {0};
 	struct part *parts;
 	struct builder b = {0};
@@ -1159,16 +1166,18 @@ static PyObject *merged(PyObject *self, PyObject *args)
 			else
 				give_up = 1;
 		}
-		if (t && (j + 1 == n || PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(fast, j + 1))
-					>> LOCAL_BITS != pos >> LOCAL_BITS)
-		    && release_part(release, (Py_ssize_t)(pos >> LOCAL_BITS)))
+		/* The order ascends: a part is read once the next position is another's. */
+		if (t && j && (Py_ssize_t)(pos >> LOCAL_BITS) != read_part && release_part(release, read_part))
 			Py_CLEAR(t);
 		if (!t) {
 			Py_CLEAR(out);
 			break;
 		}
 		PyList_SET_ITEM(out, j, t);
+		read_part = (Py_ssize_t)(pos >> LOCAL_BITS);
 	}
+	if (out && n && release_part(release, read_part))
+		Py_CLEAR(out);
 	if (give_up) {
 		PyErr_Clear();
 		out = Py_NewRef(Py_None);
