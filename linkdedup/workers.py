@@ -13,7 +13,7 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from objbtf.errors import ObjbtfError
 
@@ -108,8 +108,8 @@ def _picklable(err: Exception) -> Exception:
         return WorkerError(f'{type(err).__name__}: {err}')
 
 
-def _collect(pid: int, fd: int) -> object:
-    """The result of the worker ``pid``, read from ``fd``."""
+def _collect(pid: int, fd: int) -> Any:
+    """The result of the worker ``pid``, read from ``fd``: what its task returned."""
     with os.fdopen(fd, 'rb') as src:
         payload = src.read()
     _, status = os.waitpid(pid, 0)

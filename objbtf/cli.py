@@ -60,7 +60,7 @@ def _check_requires(name: str, values: dict) -> None:
     """The table's ``requires``: an option that needs another one."""
     options = {opt.dest: opt for opt in COMMANDS[name].options}
     for opt in options.values():
-        needed = options.get(opt.requires)
+        needed = options.get(opt.requires) if opt.requires else None
         if needed and values[opt.dest] and values[needed.dest] is None:
             what = f' {needed.metavar}' if needed.metavar else ''
             raise click.UsageError(f'{opt.flags[-1]} needs {needed.flags[-1]}{what}')
@@ -158,9 +158,8 @@ def dump(file: str, base_path: str | None) -> None:
         btf = parse_btf(raw, base)
     except BtfError as err:
         raise click.ClickException(f'{file}: {err}') from None
-    out = click.get_text_stream('stdout')
     for line in dump_btf(btf):
-        out.write(line + '\n')
+        click.echo(line)
 
 
 @main.command()

@@ -189,7 +189,7 @@ def _request(path: str, argv: list[str]):
             posix.close(cwd)
         # A signal that would kill this process kills it, quietly, like a
         # C program: the closed socket then stops the server's child.
-        import _signal
+        import _signal                  # type: ignore[import-not-found]  # signal.py imports enum
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         try:
             reply = _receive(sock)

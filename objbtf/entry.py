@@ -33,6 +33,6 @@ def in_process(argv: list[str]) -> int:
     parsed = parse_fast(argv)
     if parsed is None:
         from .cli import main as click_main
-        click_main(argv)        # exits
+        return click_main(argv)         # never returns: click's standalone mode exits
     from .commands import dispatch
     return dispatch(parsed)

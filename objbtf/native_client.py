@@ -36,7 +36,10 @@ def _c_string(text: str) -> str:
 def _protocol() -> int:
     import re
     with open(os.path.join(HERE, 'client.py')) as f:
-        return int(re.search(r'^PROTOCOL = (\d+)$', f.read(), re.M).group(1))
+        found = re.search(r'^PROTOCOL = (\d+)$', f.read(), re.M)
+    if found is None:
+        raise RuntimeError(f"{HERE}/client.py has no 'PROTOCOL = N' line")
+    return int(found.group(1))
 
 
 def build(dest: Path | None = None, cc: str | None = None) -> Path:

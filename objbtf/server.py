@@ -232,7 +232,7 @@ class Server:
         self.children.clear()
         self.workers.clear()
         if self.log:
-            self._write_log()
+            self._write_log(self.log)
         if stopper is not None:
             _send(stopper, marshal.dumps(('stopped', self.status())))
             stopper.close()
@@ -254,13 +254,13 @@ class Server:
         finally:
             os.close(lock)
 
-    def _write_log(self) -> None:
+    def _write_log(self, log: str) -> None:
         own = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         line = (f'objbtf-server pid={os.getpid()} requests={self.requests} '
                 f'user={own.ru_utime + kids.ru_utime:.3f} sys={own.ru_stime + kids.ru_stime:.3f}\n')
         try:
-            fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             with os.fdopen(fd, 'w') as f:
                 f.write(line)
         except OSError:
@@ -277,7 +277,8 @@ def _seconds(text: str | None, default: float) -> float:
 def _peer(conn: socket.socket) -> tuple[int, int, int]:
     """pid, uid and gid of the connecting process (SO_PEERCRED)."""
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    return tuple(int.from_bytes(raw[i:i + 4], sys.byteorder) for i in (0, 4, 8))
+    pid, uid, gid = (int.from_bytes(raw[i:i + 4], sys.byteorder) for i in (0, 4, 8))
+    return pid, uid, gid
 
 
 def _send(conn: socket.socket, message: bytes) -> None:

@@ -9,7 +9,7 @@ type ids.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from .kinds import Kind, info_of
 from .types import Btf, BtfType
@@ -139,7 +139,7 @@ def _by_layout(btf: Btf, t: BtfType) -> _Details:
     return f'{size}{refs} vlen={len(t.items)}', [_entry(e) for e in t.items]
 
 
-def _entry(entry: tuple) -> str:
+def _entry(entry: NamedTuple) -> str:
     """An entry of a kind only its registry entry describes: its name, type
     id and other fields as the model names them."""
     return ' '.join(f"'{_name(v)}'" if f == 'name' else f'type_id={v}' if f == 'type'
