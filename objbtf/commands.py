@@ -62,7 +62,8 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
                 failed = True
                 continue
             if typeless and not quiet:
-                _say(f'{path}: no DWARF types: no .BTF, only a .BTF.objbtf chunk naming it')
+                _say(f'{path}: no types to encode (no DWARF or compiler BTF, or none that BTF '
+                     'keeps): no .BTF, only a .BTF.objbtf chunk naming it')
     if cache is not None and cache.problem is not None:
         _say(f'{cache.problem}: encoded without keeping it')
     return 1 if failed else 0

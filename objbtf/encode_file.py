@@ -26,7 +26,7 @@ RETRIES = 5
 
 def encode_path(path: str, features: Features,
                 cache: EncodeCache | None = None) -> Encoded | Written | None:
-    """Encode ``path`` in place; None if it has no DWARF types to encode,
+    """Encode ``path`` in place; None if it has no types to encode,
     what ``cache`` kept if it had the object (``encode_cache.py``).
 
     The kernel rejects BTF without types, so such an object (no DWARF, or

@@ -196,10 +196,13 @@ ODD_VALUES = (None, 0, 1, 3, 7, 64, -1, 2**31, 2**40, 2**63, 2**70, -2**63, True
 
 def mutate(units: list, dies: dict, rng: random.Random) -> None:
     """Put an odd value in one attribute of a type DIE, or in one field of
-    a member, or point a reference elsewhere."""
+    a member, or among its children, or point a reference elsewhere."""
     type_dies = [d for d in units[0].dies if d.attrs]
     die = rng.choice(type_dies)
     offsets = list(dies)
+    if rng.random() < 0.05:
+        die.children = [*die.children, rng.choice(ODD_VALUES)]      # no Die among them
+        return
     if die.items and rng.random() < 0.5:
         items = list(die.items)
         j = rng.randrange(len(items))

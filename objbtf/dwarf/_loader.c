@@ -111,15 +111,18 @@ static int small_int(PyObject *v, int64_t *out)
 	return 1;
 }
 
-/* A Die's tag; -1 if it has none that is an integer. */
+/* A Die's tag; -1 for what is no Die with an integer tag, which the
+ * callers give up on (loader.py raises or skips it as it does). */
 static long tag_of(PyObject *die)
 {
 	PyObject *v = PyObject_GetAttr(die, s_tag);
 	int64_t tag;
 	int ok = small_int(v, &tag);
 
+	if (!v)
+		PyErr_Clear();
 	Py_XDECREF(v);
-	return ok ? (long)tag : -1;
+	return ok && tag >= 0 ? (long)tag : -1;
 }
 
 /* Python's truth of ``v`` (absent: false); -1 on an error. */
@@ -198,8 +201,11 @@ static int nelems(PyObject *die, uint32_t *out)
 	count = PySequence_Fast_GET_SIZE(children);
 	for (Py_ssize_t i = 0; i < count; i++) {
 		PyObject *sub = PySequence_Fast_ITEMS(children)[i], *ub, *c;
+		long tag = tag_of(sub);
 
-		if (tag_of(sub) != TAG_SUBRANGE)
+		if (tag < 0)
+			return GIVE_UP;
+		if (tag != TAG_SUBRANGE)
 			continue;
 		if ((ub = die_attr(sub, AT_UPPER_BOUND)) && !PyObject_TypeCheck(ub, (PyTypeObject *)expr_class)) {
 			if (!PyLong_Check(ub))
@@ -217,6 +223,13 @@ static int nelems(PyObject *die, uint32_t *out)
 	return OK;
 }
 
+/* Whether ``off`` is what the loader's methods take for a DIE's offset:
+ * an integer or None (the compiled loader raises TypeError at others). */
+static int is_offset(PyObject *off)
+{
+	return !off || off == Py_None || PyLong_Check(off);
+}
+
 /* The byte size of the type DIE at ``off`` (CuLoader.type_size). */
 static int type_size(struct loader *l, PyObject *off, int depth, int64_t *out)
 {
@@ -227,6 +240,8 @@ static int type_size(struct loader *l, PyObject *off, int depth, int64_t *out)
 	int t, r;
 
 	*out = 0;
+	if (!is_offset(off))
+		return GIVE_UP;
 	if ((t = truth(off)) <= 0)
 		return t < 0 ? ERROR : OK;
 	if (!(die = PyDict_GetItemWithError(l->by_offset, off)) || depth > 32)
@@ -394,7 +409,8 @@ static int add_member(struct loader *l, PyObject *m, int in_union, PyObject *mem
 /* A struct, union or class DIE's type (CuLoader._struct). */
 static int struct_type(struct loader *l, PyObject *die, PyObject *attrs, long tag, PyObject **out)
 {
-	PyObject *items = field(die, s_items), *name = get(attrs, AT_NAME), *size, *members, *f[13];
+	PyObject *items = field(die, s_items), *name = get(attrs, AT_NAME), *size = NULL, *members;
+	PyObject *f[13];
 	int in_union = tag == TAG_UNION, bitfields = 0, r = OK, declared;
 
 	if (!items || PyErr_Occurred() || (declared = truth(get(attrs, AT_DECLARATION))) < 0)
@@ -433,6 +449,8 @@ static int underlying_signed(struct loader *l, PyObject *off, int *out)
 	int t;
 
 	*out = 0;
+	if (!is_offset(off))
+		return GIVE_UP;
 	if ((t = truth(off)) <= 0)
 		return t < 0 ? ERROR : OK;
 	if (!(die = PyDict_GetItemWithError(l->by_offset, off)))
@@ -464,7 +482,7 @@ static PyObject *call_rule(PyObject *rule, int n, PyObject **args)
 static int enum_type(struct loader *l, PyObject *die, PyObject *attrs, PyObject **out)
 {
 	PyObject *items = field(die, s_items), *children = field(die, s_children);
-	PyObject *name = get(attrs, AT_NAME), *size, *values, *args[5];
+	PyObject *name = get(attrs, AT_NAME), *size = NULL, *values, *args[5];
 	int declared, is_signed = 0, r = OK;
 
 	if (!items || !children || PyErr_Occurred()
@@ -552,10 +570,18 @@ static int proto(struct loader *l, PyObject *die, PyObject **out)
 		PyObject *c = PySequence_Fast_ITEMS(children)[i], *one[2], *param, *name, *type_off;
 		long tag = tag_of(c);
 
+		if (tag < 0) {
+			r = GIVE_UP;
+			break;
+		}
 		if (tag == TAG_FORMAL_PARAMETER) {
 			if ((!(name = origin_attr(l, c, AT_NAME)) && PyErr_Occurred())
 			    || (!(type_off = origin_attr(l, c, AT_TYPE)) && PyErr_Occurred())) {
 				r = ERROR;
+				break;
+			}
+			if (name && !PyUnicode_Check(name)) {
+				r = GIVE_UP;    /* CuLoader.params returns (str, int) pairs */
 				break;
 			}
 			if ((r = ref(l, type_off, &type_id)))
@@ -676,8 +702,8 @@ static int number_types(struct loader *l, PyObject *dies, long next_id, PyObject
 		long tag = tag_of(die);
 		int failed;
 
-		if (PyErr_Occurred())
-			return ERROR;
+		if (tag < 0)
+			return GIVE_UP;
 		if (!is_type_tag(tag))
 			continue;
 		if (tag == TAG_ARRAY) {
