@@ -1,7 +1,7 @@
 """loader.py's types in C (objbtf/dwarf/_loader.c) against the Python loader.
 
-In the compiled build, ``CuLoader.load_types`` of a unit without
-annotations runs in C; ``_load_types`` is its Python twin, which the
+In the compiled build, ``CuLoader.load_types`` runs in C;
+``_load_types`` is its Python twin, which the
 pure-Python build runs and which takes over wherever the C gives up (None).
 Where the C runs, it must give what the Python gives: the same types, ids
 and index type.  Where the Python raises, the C must give up or raise the
@@ -19,6 +19,7 @@ from conftest import C_FIXTURES, compile_c
 from kernel_tree import objects
 
 import objbtf
+from objbtf.btf.kinds import Kind
 from objbtf.btf.types import Btf, gc_paused
 from objbtf.dwarf import constants as C
 from objbtf.dwarf import loader as loader_module
@@ -52,7 +53,7 @@ def c_load(cu, dies: dict, btf: Btf):
     """What the C loader gives for one unit of ``btf``'s object: None, or
     (ids, types, index type)."""
     return _C.load_types(cu.dies, dies, btf.next_id, cu.address_size, btf.byteorder == 'big',
-                         FEATURES)
+                         cu.annotated and FEATURES.type_tag, FEATURES)
 
 
 def python_load(units: list, dies: dict, byteorder: str) -> tuple[list, list, list]:
@@ -140,16 +141,16 @@ def test_dwarf_2_member_locations_are_left_to_python(tmp_path):
     assert [t.key() for t in btf.types] == python_load(units, dies, byteorder)[0]
 
 
-def test_annotated_units_stay_in_python(tmp_path):
-    """clang's btf_type_tag chains are loader.py's: the unit that has them
-    is loaded in Python (load_types does not call the C)."""
+def test_clangs_type_tags(tmp_path):
+    """clang's btf_type_tag annotations of pointers (tags.c): the C loader
+    chains the same TYPE_TAGs before each pointer, with the same ids, and
+    leaves the decl tags to add_type_decl_tags, as _load_types does."""
     obj = compile_c('clang', C_FIXTURES / 'tags.c', tmp_path / 'tags.o')
     units, dies, byteorder = units_of(obj)
     assert all(cu.annotated for cu in units)
-    btf = Btf(byteorder=byteorder)
-    for cu in units:
-        CuLoader(cu, btf, FEATURES, dies).load_types()
-    assert [t.key() for t in btf.types] == python_load(units, dies, byteorder)[0]
+    keys = python_load(units, dies, byteorder)[0]
+    assert sum(k[0] is Kind.TYPE_TAG for k in keys) >= 2, 'tags.c gave no type tags'
+    assert assert_same_load(units, dies, byteorder, 'clang tags.c') == 0
 
 
 def small_object(tmp_path: Path) -> tuple[list, dict, str]:
@@ -213,7 +214,7 @@ def mutate(units: list, dies: dict, rng: random.Random) -> None:
         die.items = items
         return
     attr = rng.choice([C.AT_name, C.AT_type, C.AT_byte_size, C.AT_encoding, C.AT_declaration,
-                       C.AT_upper_bound, C.AT_count, C.AT_specification])
+                       C.AT_upper_bound, C.AT_count, C.AT_specification, C.AT_const_value])
     attrs = dict(die.attrs)
     if attr in (C.AT_type, C.AT_specification) and rng.random() < 0.7:
         attrs[attr] = rng.choice(offsets)
@@ -223,15 +224,17 @@ def mutate(units: list, dies: dict, rng: random.Random) -> None:
 
 
 def test_damaged_dies_give_the_python_outcome(tmp_path):
-    """2,000 copies of kinds.c's DIEs, each with one odd value or reference:
+    """2,000 copies of kinds.c's DIEs (gcc) and of tags.c's (clang, with
+    type tags), each with one odd value or reference:
     through load_types (the C, and the Python where it gives up) the same
     table as the Python loader, or the same error.  Most of them the C
     loads itself (a different table, or an error), not giving up."""
     rng = random.Random(20261128)
-    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o')
+    objs = [compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o'),
+            compile_c('clang', C_FIXTURES / 'tags.c', tmp_path / 'tags.o')]
     outcomes = {'same table': 0, 'same error': 0, 'C gave up': 0}
-    for _ in range(2000):
-        units, dies, byteorder = units_of(obj)
+    for case in range(2000):
+        units, dies, byteorder = units_of(objs[case % 2])
         mutate(units, dies, rng)
         expected = python_outcome(units, dies, byteorder)
         try:

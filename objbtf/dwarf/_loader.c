@@ -7,8 +7,7 @@
  * and enums through rules.py's own functions, which it calls.  Values that
  * pass through unchanged (names, sizes) are the Die's own objects.
  *
- * It takes the well-formed path of a unit without annotations (clang's
- * btf_type_tag chains stay loader.py's): at anything it does not expect (a
+ * It takes the well-formed path: at anything it does not expect (a
  * reference to a DIE that is no type, a value that is not an integer where
  * the loader computes with one, a member location that is an expression,
  * a value past what it computes in 64 bits) it returns None, and loader.py
@@ -34,13 +33,14 @@ enum {
 	TAG_TYPEDEF = 0x16, TAG_UNION = 0x17, TAG_UNSPECIFIED_PARAMETERS = 0x18,
 	TAG_SUBRANGE = 0x21, TAG_BASE = 0x24, TAG_CONST = 0x26, TAG_ENUMERATOR = 0x28,
 	TAG_VOLATILE = 0x35, TAG_RESTRICT = 0x37, TAG_UNSPECIFIED = 0x3b, TAG_ATOMIC = 0x47,
+	TAG_LLVM_ANNOTATION = 0x6000,
 };
 enum {
-	AT_NAME, AT_BYTE_SIZE, AT_UPPER_BOUND, AT_ABSTRACT_ORIGIN, AT_COUNT, AT_DECLARATION,
-	AT_ENCODING, AT_SPECIFICATION, AT_TYPE, N_ATTRS,
+	AT_NAME, AT_BYTE_SIZE, AT_CONST_VALUE, AT_UPPER_BOUND, AT_ABSTRACT_ORIGIN, AT_COUNT,
+	AT_DECLARATION, AT_ENCODING, AT_SPECIFICATION, AT_TYPE, N_ATTRS,
 };
 static const long attr_numbers[N_ATTRS] = {
-	[AT_NAME] = 0x03, [AT_BYTE_SIZE] = 0x0b, [AT_UPPER_BOUND] = 0x2f,
+	[AT_NAME] = 0x03, [AT_BYTE_SIZE] = 0x0b, [AT_CONST_VALUE] = 0x1c, [AT_UPPER_BOUND] = 0x2f,
 	[AT_ABSTRACT_ORIGIN] = 0x31, [AT_COUNT] = 0x37, [AT_DECLARATION] = 0x3c,
 	[AT_ENCODING] = 0x3e, [AT_SPECIFICATION] = 0x47, [AT_TYPE] = 0x49,
 };
@@ -67,6 +67,15 @@ struct loader {
 	PyObject *features;
 	long index_type;
 	int big, address_size;
+	int type_tags;          /* the unit is annotated and the type_tag feature on */
+};
+
+/* A type DIE of the unit (borrowed), its tag, and the btf_type_tag
+ * annotations it carries when it is a pointer (loader.py's tags_of). */
+struct slot {
+	PyObject *die;
+	long tag;
+	Py_ssize_t tags;
 };
 
 /* What a helper returns besides its value: go on, give up, or a Python error set. */
@@ -686,27 +695,70 @@ static int is_type_tag(long tag)
 	return 0;       /* DW_TAG_atomic_type and unspecified_type stand for their target */
 }
 
-/* The first pass of CuLoader.load_types: an id for each type DIE of
- * ``dies`` from ``next_id`` on, and the unit's index type; the type DIEs
- * (borrowed) into *types, their number into *n. */
-static int number_types(struct loader *l, PyObject *dies, long next_id, PyObject ***types,
-			Py_ssize_t *n)
+/* Whether child ``c`` of a DIE is a ``kind`` annotation, into *is
+ * (CuLoader._annotations). */
+static int annotation(PyObject *c, const char *kind, int *is)
 {
-	int has_array = 0;
+	PyObject *name;
+	long tag = tag_of(c);
+
+	*is = 0;
+	if (tag < 0)
+		return GIVE_UP;
+	if (tag != TAG_LLVM_ANNOTATION)
+		return OK;
+	if (!(name = die_attr(c, AT_NAME)))
+		return PyErr_Occurred() ? ERROR : OK;
+	*is = PyUnicode_Check(name) && !PyUnicode_CompareWithASCIIString(name, kind);
+	return OK;
+}
+
+/* The number of btf_type_tag annotations among a pointer's children. */
+static int count_type_tags(PyObject *die, Py_ssize_t *count)
+{
+	PyObject *children = field(die, s_children);
+	int is, r;
+
+	*count = 0;
+	if (!children)
+		return ERROR;
+	if (!PyList_Check(children) && !PyTuple_Check(children))
+		return GIVE_UP;
+	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(children); i++) {
+		if ((r = annotation(PySequence_Fast_ITEMS(children)[i], "btf_type_tag", &is)))
+			return r;
+		*count += is;
+	}
+	return OK;
+}
+
+/* The first pass of CuLoader.load_types: an id for each type DIE of
+ * ``dies`` from ``next_id`` on (after the ids of its type tags), and the
+ * unit's index type; the type DIEs into *slots, their number into *n,
+ * the id after the last into *end. */
+static int number_types(struct loader *l, PyObject *dies, long next_id, struct slot **slots,
+			Py_ssize_t *n, long *end)
+{
+	int has_array = 0, r;
 
 	*n = 0;
-	if (!(*types = PyMem_Malloc(sizeof(**types) * (PyList_GET_SIZE(dies) + 1))))
+	if (!(*slots = PyMem_Malloc(sizeof(**slots) * (PyList_GET_SIZE(dies) + 1))))
 		return PyErr_NoMemory(), ERROR;
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(dies); i++) {
 		PyObject *die = PyList_GET_ITEM(dies, i), *offset, *id, *name;
 		long tag = tag_of(die);
+		Py_ssize_t tags = 0;
 		int failed;
 
 		if (tag < 0)
 			return GIVE_UP;
 		if (!is_type_tag(tag))
 			continue;
-		if (tag == TAG_ARRAY) {
+		if (tag == TAG_POINTER && l->type_tags) {
+			if ((r = count_type_tags(die, &tags)))
+				return r;
+			next_id += tags;
+		} else if (tag == TAG_ARRAY) {
 			has_array = 1;
 		} else if (tag == TAG_BASE && !l->index_type) {
 			if (!(name = die_attr(die, AT_NAME)) && PyErr_Occurred())
@@ -723,36 +775,82 @@ static int number_types(struct loader *l, PyObject *dies, long next_id, PyObject
 		Py_DECREF(id);
 		if (failed)
 			return ERROR;
-		(*types)[(*n)++] = die;
+		(*slots)[(*n)++] = (struct slot){die, tag, tags};
 		next_id++;
 	}
 	if (has_array && !l->index_type)
 		l->index_type = next_id;
+	*end = next_id;
 	return OK;
+}
+
+/* A pointer with btf_type_tag annotations: TYPE_TAGs chained as pahole
+ * chains them (CuLoader._add_type_tags) into ``list``, whose first type
+ * has id ``first``, then the PTR to the last of them. */
+static int tagged_pointer(struct loader *l, PyObject *die, PyObject *list, long first,
+			  PyObject **out)
+{
+	PyObject *children = field(die, s_children), *f[13];
+	long target;
+	int r;
+
+	if (!children)
+		return ERROR;
+	if ((r = ref(l, die_attr(die, AT_TYPE), &target)))
+		return r;
+	if (PyErr_Occurred())
+		return ERROR;
+	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(children); i++) {
+		PyObject *c = PySequence_Fast_ITEMS(children)[i], *value, *t;
+		int is, failed;
+
+		if ((r = annotation(c, "btf_type_tag", &is)))
+			return r;
+		if (!is)
+			continue;
+		if (!(value = die_attr(c, AT_CONST_VALUE)) && PyErr_Occurred())
+			return ERROR;
+		fields_of(f, K_TYPE_TAG, value && PyUnicode_Check(value) ? value : NULL);
+		set(f, 3, PyLong_FromLong(target));
+		if (!(t = new_type(f)))
+			return ERROR;
+		failed = PyList_Append(list, t);
+		Py_DECREF(t);
+		if (failed)
+			return ERROR;
+		target = first + PyList_GET_SIZE(list) - 1;
+	}
+	fields_of(f, K_PTR, NULL);
+	set(f, 3, PyLong_FromLong(target));
+	return (*out = new_type(f)) ? OK : ERROR;
 }
 
 static PyObject *load_types(PyObject *self, PyObject *args)
 {
-	PyObject *dies, *list = NULL, *out = NULL, **types = NULL, *f[13];
+	PyObject *dies, *list = NULL, *out = NULL, *f[13];
 	struct loader l = {0};
+	struct slot *slots = NULL;
 	Py_ssize_t n = 0;
-	long next_id;
+	long next_id, end;
 	int r;
 
-	if (!PyArg_ParseTuple(args, "O!O!liiO:load_types", &PyList_Type, &dies, &PyDict_Type,
-			      &l.by_offset, &next_id, &l.address_size, &l.big, &l.features))
+	if (!PyArg_ParseTuple(args, "O!O!liipO:load_types", &PyList_Type, &dies, &PyDict_Type,
+			      &l.by_offset, &next_id, &l.address_size, &l.big, &l.type_tags,
+			      &l.features))
 		return NULL;
 	if (!btf_type)
 		return PyErr_Format(PyExc_RuntimeError, "_loader.init was not called");
 	if (!(l.ids = PyDict_New()) || !(list = PyList_New(0)))
 		goto done;
-	if ((r = number_types(&l, dies, next_id, &types, &n)))
+	if ((r = number_types(&l, dies, next_id, &slots, &n, &end)))
 		goto end;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		PyObject *t;
 		int failed;
 
-		if ((r = encode(&l, types[i], tag_of(types[i]), &t)))
+		r = slots[i].tags ? tagged_pointer(&l, slots[i].die, list, next_id, &t)
+			: encode(&l, slots[i].die, slots[i].tag, &t);
+		if (r)
 			goto end;
 		failed = PyList_Append(list, t);
 		Py_DECREF(t);
@@ -761,7 +859,7 @@ static PyObject *load_types(PyObject *self, PyObject *args)
 			goto end;
 		}
 	}
-	if (l.index_type == next_id + n) {
+	if (l.index_type == end) {
 		fields_of(f, K_INT, NULL);
 		set(f, 1, PyUnicode_FromString("int"));
 		set(f, 2, PyLong_FromLong(4));
@@ -777,7 +875,7 @@ end:
 	else if (r == GIVE_UP && !PyErr_Occurred())
 		out = Py_NewRef(Py_None);
 done:
-	PyMem_Free(types);
+	PyMem_Free(slots);
 	Py_XDECREF(l.ids);
 	Py_XDECREF(list);
 	return out;
@@ -815,9 +913,10 @@ static PyMethodDef methods[] = {
 	 "init(BtfType, the Kind of each number, Member, Param, Enumerator, Expr, base_type, "
 	 "enum_type, declared_enum): the classes loader.py makes, rules.py's functions."},
 	{"load_types", load_types, METH_VARARGS,
-	 "load_types(dies, by_offset, next_id, address_size, big_endian, features): the ids "
-	 "of a unit's type DIEs, its types and its index type as CuLoader.load_types makes "
-	 "them for a unit without annotations, or None where loader.py must decide."},
+	 "load_types(dies, by_offset, next_id, address_size, big_endian, type_tags, features): "
+	 "the ids of a unit's type DIEs, its types and its index type as CuLoader.load_types "
+	 "makes them (type_tags: the unit's btf_type_tag chains too), or None where loader.py "
+	 "must decide."},
 	{NULL, NULL, 0, NULL},
 };
 
