@@ -955,25 +955,6 @@ static PyObject *name_at(struct builder *b, const struct part *p, uint32_t off, 
 	return Py_NewRef(b->text_objects[id]);
 }
 
-/* A NamedTuple of ``cls`` from ``n`` new references (NULL: an error set;
- * the references are taken either way). */
-static PyObject *entry(PyObject *cls, int n, PyObject **items)
-{
-	PyObject *t = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, n);
-	int ok = t != NULL;
-
-	for (int i = 0; i < n; i++) {
-		ok = ok && items[i];
-		if (t && items[i])
-			PyTuple_SET_ITEM(t, i, items[i]);
-		else
-			Py_XDECREF(items[i]);
-	}
-	if (!ok)
-		Py_CLEAR(t);
-	return t;
-}
-
 static inline PyObject *u32(uint32_t v)
 {
 	return PyLong_FromUnsignedLong(v);
@@ -1007,31 +988,31 @@ static PyObject *entries_of(struct builder *b, const struct part *p, uint32_t ki
 			f[1] = merged_id(w1, p, map, give_up);
 			f[2] = u32(kflag ? w2 & 0xffffff : w2);
 			f[3] = u32(kflag ? w2 >> 24 : 0);
-			one = entry(b->member, 4, f);
+			one = new_entry(b->member, 4, f);
 			break;
 		case K_FUNC_PROTO:
 			f[0] = name_at(b, p, word(p, e), give_up);
 			f[1] = merged_id(w1, p, map, give_up);
-			one = entry(b->param, 2, f);
+			one = new_entry(b->param, 2, f);
 			break;
 		case K_ENUM:
 			f[0] = name_at(b, p, word(p, e), give_up);
 			f[1] = kflag ? PyLong_FromLong((int32_t)w1) : u32(w1);
-			one = entry(b->enumerator, 2, f);
+			one = new_entry(b->enumerator, 2, f);
 			break;
 		case K_ENUM64: {
 			uint64_t v = (uint64_t)w2 << 32 | w1;
 
 			f[0] = name_at(b, p, word(p, e), give_up);
 			f[1] = kflag ? PyLong_FromLongLong((int64_t)v) : PyLong_FromUnsignedLongLong(v);
-			one = entry(b->enumerator, 2, f);
+			one = new_entry(b->enumerator, 2, f);
 			break;
 		}
 		case K_DATASEC:
 			f[0] = merged_id(word(p, e), p, map, give_up);
 			f[1] = u32(w1);
 			f[2] = u32(w2);
-			one = entry(b->secinfo, 3, f);
+			one = new_entry(b->secinfo, 3, f);
 			break;
 		}
 		if (!one)

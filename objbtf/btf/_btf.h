@@ -1,8 +1,9 @@
 /*
- * What the C passes over BTF (_blob.c, _dedup.c) share: the kernel's
- * kinds (numbers, the words each kind's layout adds after struct
- * btf_type as kinds.py's registry has them, sets of kinds), the host's
- * byte order, and a buffer that grows.
+ * What the C code over BTF (_blob.c, _dedup.c, _loader.c, _merge.c)
+ * shares: the kernel's kinds (numbers, the words each kind's layout adds
+ * after struct btf_type as kinds.py's registry has them, sets of kinds),
+ * the host's byte order, a buffer that grows, and the making of a type's
+ * entries (Member, Param, ...) for the model.
  */
 #ifndef OBJBTF_BTF_H
 #define OBJBTF_BTF_H
@@ -55,6 +56,26 @@ static inline int grow(void **buf, size_t *cap, size_t need, size_t size)
 	*buf = grown;
 	*cap = more;
 	return 0;
+}
+
+/* A NamedTuple of ``cls`` (a model entry: Member, Param, Enumerator,
+ * VarSecinfo) from ``n`` new references (NULL: an error set; the
+ * references are taken either way). */
+static inline PyObject *new_entry(PyObject *cls, int n, PyObject **items)
+{
+	PyObject *t = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, n);
+	int ok = t != NULL;
+
+	for (int i = 0; i < n; i++) {
+		ok = ok && items[i];
+		if (t && items[i])
+			PyTuple_SET_ITEM(t, i, items[i]);
+		else
+			Py_XDECREF(items[i]);
+	}
+	if (!ok)
+		Py_CLEAR(t);
+	return t;
 }
 
 #endif

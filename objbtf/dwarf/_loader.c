@@ -314,25 +314,6 @@ static void set(PyObject **f, int i, PyObject *v)
 	Py_XSETREF(f[i], v);
 }
 
-/* A NamedTuple of ``cls`` from ``n`` new references (NULL: an error set;
- * the references are taken either way). */
-static PyObject *entry(PyObject *cls, int n, PyObject **items)
-{
-	PyObject *t = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, n);
-	int ok = t != NULL;
-
-	for (int i = 0; i < n; i++) {
-		ok = ok && items[i];
-		if (t && items[i])
-			PyTuple_SET_ITEM(t, i, items[i]);
-		else
-			Py_XDECREF(items[i]);
-	}
-	if (!ok)
-		Py_CLEAR(t);
-	return t;
-}
-
 /* ``v``, or ``fallback`` for None (loader._or), as a new reference. */
 static PyObject *or_else(PyObject *v, PyObject *fallback)
 {
@@ -408,7 +389,7 @@ static int add_member(struct loader *l, PyObject *m, int in_union, PyObject *mem
 	one[0] = or_else(PyTuple_GET_ITEM(m, M_NAME), empty);
 	one[1] = PyLong_FromLong(type_id);
 	one[3] = PyLong_FromLongLong(bits);
-	if (!(member = entry(member_class, 4, one)))
+	if (!(member = new_entry(member_class, 4, one)))
 		return ERROR;
 	r = PyList_Append(members, member) ? ERROR : OK;
 	Py_DECREF(member);
@@ -519,7 +500,7 @@ static int enum_type(struct loader *l, PyObject *die, PyObject *attrs, PyObject 
 		one[0] = or_else(PyTuple_GET_ITEM(e, E_NAME), empty);
 		one[1] = PyTuple_GET_ITEM(e, E_VALUE) == Py_None ? PyLong_FromLong(0)
 			: Py_NewRef(PyTuple_GET_ITEM(e, E_VALUE));
-		if (!(value = entry(enumerator_class, 2, one)) || PyList_Append(values, value))
+		if (!(value = new_entry(enumerator_class, 2, one)) || PyList_Append(values, value))
 			r = ERROR;
 		Py_XDECREF(value);
 	}
@@ -603,7 +584,7 @@ static int proto(struct loader *l, PyObject *die, PyObject **out)
 		} else {
 			continue;
 		}
-		if (!(param = entry(param_class, 2, one)) || PyList_Append(params, param))
+		if (!(param = new_entry(param_class, 2, one)) || PyList_Append(params, param))
 			r = ERROR;
 		Py_XDECREF(param);
 	}
