@@ -1,9 +1,8 @@
 """loader.py's types in C (objbtf/dwarf/_loader.c) against the Python loader.
 
-In the compiled build, ``CuLoader.load_types`` runs in C;
-``_load_types`` is its Python twin, which the
-pure-Python build runs and which takes over wherever the C gives up (None).
-Where the C runs, it must give what the Python gives: the same types, ids
+In the compiled build, ``CuLoader.load_types`` runs in C; ``_load_types``
+is its Python twin, which the pure-Python build runs and which takes over
+wherever the C gives up (None).  Where the C runs, it must give what the Python gives: the same types, ids
 and index type.  Where the Python raises, the C must give up or raise the
 same error.  test_encode.py, test_kernel_objects.py and the link tests
 compare the encoder's output (so, here, the C loader) with pahole's.
