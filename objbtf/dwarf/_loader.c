@@ -10,11 +10,12 @@
  * It takes the well-formed path: at anything it does not expect (a
  * reference to a DIE that is no type, a value that is not an integer where
  * the loader computes with one, a member location that is an expression,
- * a value past what it computes in 64 bits) it returns None, and loader.py
- * loads the unit again, with its own result or error message.
+ * a value past 2**48, a value of a type at which the compiled loader's
+ * typed methods raise TypeError) it returns None, and loader.py loads the
+ * unit again, with its own result or error message.
  *
  * Loading the types was the largest pass left on Python objects: 43 % of
- * an object's encode in one warm process (bench/RESULTS.md, 28th).
+ * an object's encode in one warm process (README, "The build-cost goals").
  *
  * The Dies, their attribute dicts and their children live as long as the
  * unit the caller holds, and nothing here changes them, so the values read
