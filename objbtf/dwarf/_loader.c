@@ -99,6 +99,16 @@ static PyObject *get(PyObject *attrs, int attr)
 	return PyDict_Check(attrs) ? PyDict_GetItemWithError(attrs, attr_keys[attr]) : NULL;
 }
 
+/* A Die's children or items (``name``), borrowed, into *out: OK for the
+ * list or tuple the decoder made, GIVE_UP for another object, ERROR
+ * without one. */
+static int sequence_of(PyObject *die, PyObject *name, PyObject **out)
+{
+	if (!(*out = field(die, name)))
+		return ERROR;
+	return PyList_Check(*out) || PyTuple_Check(*out) ? OK : GIVE_UP;
+}
+
 static PyObject *die_attr(PyObject *die, int attr)
 {
 	PyObject *attrs = field(die, s_attrs);
@@ -200,14 +210,13 @@ static int ref(struct loader *l, PyObject *off, long *id)
  * the loader's result is. */
 static int nelems(PyObject *die, uint32_t *out)
 {
-	PyObject *children = field(die, s_children);
+	PyObject *children;
 	uint32_t n = 1;
 	Py_ssize_t count;
+	int r;
 
-	if (!children)
-		return ERROR;
-	if (!PyList_Check(children) && !PyTuple_Check(children))
-		return GIVE_UP;
+	if ((r = sequence_of(die, s_children, &children)))
+		return r;
 	count = PySequence_Fast_GET_SIZE(children);
 	for (Py_ssize_t i = 0; i < count; i++) {
 		PyObject *sub = PySequence_Fast_ITEMS(children)[i], *ub, *c;
@@ -400,19 +409,18 @@ static int add_member(struct loader *l, PyObject *m, int in_union, PyObject *mem
 /* A struct, union or class DIE's type (CuLoader._struct). */
 static int struct_type(struct loader *l, PyObject *die, PyObject *attrs, long tag, PyObject **out)
 {
-	PyObject *items = field(die, s_items), *name = get(attrs, AT_NAME), *size = NULL, *members;
-	PyObject *f[13];
+	PyObject *name = get(attrs, AT_NAME), *items, *size = NULL, *members, *f[13];
 	int in_union = tag == TAG_UNION, bitfields = 0, r = OK, declared;
 
-	if (!items || PyErr_Occurred() || (declared = truth(get(attrs, AT_DECLARATION))) < 0)
+	if (PyErr_Occurred() || (declared = truth(get(attrs, AT_DECLARATION))) < 0)
 		return ERROR;
 	if (declared) {
 		fields_of(f, K_FWD, name);
 		set(f, 4, PyLong_FromLong(in_union));   /* fwd_union */
 		return (*out = new_type(f)) ? OK : ERROR;
 	}
-	if (!PyList_Check(items) && !PyTuple_Check(items))
-		return GIVE_UP;
+	if ((r = sequence_of(die, s_items, &items)))
+		return r;
 	if (!(members = PyList_New(0)))
 		return ERROR;
 	for (Py_ssize_t i = 0; r == OK && i < PySequence_Fast_GET_SIZE(items); i++)
@@ -472,15 +480,14 @@ static PyObject *call_rule(PyObject *rule, int n, PyObject **args)
 /* An enumeration DIE's type (CuLoader._enum), through rules.py. */
 static int enum_type(struct loader *l, PyObject *die, PyObject *attrs, PyObject **out)
 {
-	PyObject *items = field(die, s_items), *children = field(die, s_children);
-	PyObject *name = get(attrs, AT_NAME), *size = NULL, *values, *args[5];
-	int declared, is_signed = 0, r = OK;
+	PyObject *children = field(die, s_children), *items, *name = get(attrs, AT_NAME);
+	PyObject *size = NULL, *values, *args[5];
+	int declared, is_signed = 0, r;
 
-	if (!items || !children || PyErr_Occurred()
-	    || (declared = truth(get(attrs, AT_DECLARATION))) < 0)
+	if (!children || PyErr_Occurred() || (declared = truth(get(attrs, AT_DECLARATION))) < 0)
 		return ERROR;
-	if (!PyList_Check(items) && !PyTuple_Check(items))
-		return GIVE_UP;
+	if ((r = sequence_of(die, s_items, &items)))
+		return r;
 	if (declared && !PyObject_IsTrue(children) && !PySequence_Fast_GET_SIZE(items)) {
 		args[0] = Py_NewRef(name ? name : empty);
 		return (*out = call_rule(declared_enum_rule, 1, args)) ? OK : ERROR;
@@ -543,14 +550,12 @@ static int base_type(struct loader *l, PyObject *attrs, PyObject **out)
 /* A subroutine type's FUNC_PROTO (CuLoader.proto and params). */
 static int proto(struct loader *l, PyObject *die, PyObject **out)
 {
-	PyObject *children = field(die, s_children), *params, *ret_off, *f[13];
+	PyObject *children, *params, *ret_off, *f[13];
 	long ret, type_id;
-	int r = OK;
+	int r;
 
-	if (!children)
-		return ERROR;
-	if (!PyList_Check(children) && !PyTuple_Check(children))
-		return GIVE_UP;
+	if ((r = sequence_of(die, s_children, &children)))
+		return r;
 	if (!(ret_off = origin_attr(l, die, AT_TYPE)) && PyErr_Occurred())
 		return ERROR;
 	if ((r = ref(l, ret_off, &ret)))
@@ -698,14 +703,12 @@ static int annotation(PyObject *c, const char *kind, int *is)
 /* The number of btf_type_tag annotations among a pointer's children. */
 static int count_type_tags(PyObject *die, Py_ssize_t *count)
 {
-	PyObject *children = field(die, s_children);
+	PyObject *children;
 	int is, r;
 
 	*count = 0;
-	if (!children)
-		return ERROR;
-	if (!PyList_Check(children) && !PyTuple_Check(children))
-		return GIVE_UP;
+	if ((r = sequence_of(die, s_children, &children)))
+		return r;
 	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(children); i++) {
 		if ((r = annotation(PySequence_Fast_ITEMS(children)[i], "btf_type_tag", &is)))
 			return r;
@@ -772,13 +775,12 @@ static int number_types(struct loader *l, PyObject *dies, long next_id, struct s
 static int tagged_pointer(struct loader *l, PyObject *die, PyObject *list, long first,
 			  PyObject **out)
 {
-	PyObject *children = field(die, s_children), *f[13];
+	PyObject *children, *f[13];
 	long target;
 	int r;
 
-	if (!children)
-		return ERROR;
-	if ((r = ref(l, die_attr(die, AT_TYPE), &target)))
+	if ((r = sequence_of(die, s_children, &children))
+	    || (r = ref(l, die_attr(die, AT_TYPE), &target)))
 		return r;
 	if (PyErr_Occurred())
 		return ERROR;
