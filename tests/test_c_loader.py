@@ -127,17 +127,13 @@ def test_fixture_in_every_flavour(tmp_path, flavour):
 
 def test_dwarf_2_member_locations_are_left_to_python(tmp_path):
     """DWARF 2 gives a member's offset as an expression (DW_OP_plus_uconst):
-    the C gives up and the Python loader decodes it, to the same table as
-    DWARF 5 gives."""
+    the C gives up, and load_types gives the Python loader's table."""
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-gdwarf-2')
     units, dies, byteorder = units_of(obj)
     assert any(isinstance(m[M_LOCATION], Expr) for d in dies.values() for m in d.items
                if m[0] == C.TAG_member), 'gcc -gdwarf-2 gave no expression locations'
     assert assert_same_load(units, dies, byteorder, '-gdwarf-2') == len(units)
-    btf = Btf(byteorder=byteorder)
-    for cu in units:
-        CuLoader(cu, btf, FEATURES, dies).load_types()
-    assert [t.key() for t in btf.types] == python_load(units, dies, byteorder)[0]
+    assert c_outcome(units, dies, byteorder) == python_load(units, dies, byteorder)[0]
 
 
 def test_clangs_type_tags(tmp_path):
