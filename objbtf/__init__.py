@@ -21,11 +21,12 @@ COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objb
             'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
 #: The C extensions built with them (setup.py), each from its ``.c``, and
 #: used only when they are: the blob's writer, hashes and kernel-rule
-#: check, dedup.py's passes, reader.py's DWARF decoder, loader.py's
-#: types, the relocations' reading and applying, and the link's merge by
-#: hash, in C.
-C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.btf._dedup', 'objbtf.dwarf._dies',
-                'objbtf.dwarf._loader', 'objbtf.elf._relocs', 'linkdedup._merge')
+#: check, dedup.py's passes, compiler_btf's loader, reader.py's DWARF
+#: decoder, loader.py's types, the relocations' reading and applying, and
+#: the link's merge by hash, in C.
+C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.btf._dedup', 'objbtf.compiler_btf._amend',
+                'objbtf.dwarf._dies', 'objbtf.dwarf._loader', 'objbtf.elf._relocs',
+                'linkdedup._merge')
 #: The headers they include, from this package.
 C_HEADERS = ('blake2b.h', 'btf/_btf.h')
 #: mypyc's shared library of those modules, in this package.

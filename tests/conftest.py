@@ -19,6 +19,11 @@ KCONFIG = FIXTURES / 'kconfig'
 C_FIXTURES = FIXTURES / 'c'
 KERNEL_SCRIPT = ROOT.parent / 'shared' / 'corpus' / 'build-kernel.sh'
 KERNEL_DIR = Path(os.environ.get('OBJBTF_KERNEL_DIR', '/var/cache/objbtf/kernel-6.1'))
+#: The benchmarks' helpers the tests share (encode_bench.compile_command
+#: reruns an object's saved Kbuild command line), importable by name.
+BENCH = ROOT / 'bench'
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
 
 # Commands run in their own process unless a test asks for the resident
 # server (tests/test_resident.py): a server per tmp directory would linger

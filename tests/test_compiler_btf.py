@@ -4,7 +4,6 @@ for the same source, checked by objbtf's validator, bpftool and the running
 kernel, and placed by real relocations after a real ``ld``."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -245,12 +244,6 @@ def test_broken_compiler_btf_is_one_line_error(tmp_path):
 
 
 # --- kernel objects -----------------------------------------------------------
-
-#: bench/encode_bench.py's compile_command reruns an object's saved Kbuild
-#: command line; encode_bench imports its neighbours in bench/.
-BENCH = Path(__file__).resolve().parent.parent / 'bench'
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
 
 def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     """Compile ``obj`` again with its saved Kbuild command and ``flags`` (for

@@ -27,10 +27,11 @@ An object objbtf has encoded has objbtf's own ``.BTF``, which is no source:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
-from typing import cast
+from typing import Any, Final, cast
 
+from .. import c_extension
 from ..btf.errors import BtfError
 from ..btf.kinds import (
     INT_BOOL, INT_SIGNED, KINDS, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind,
@@ -77,32 +78,45 @@ def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
 def load_compiler_btf(elf: ElfFile, data: bytes, features: Features) -> Loaded:
     """The types of the compiler's BTF ``data``, amended to pahole's rules.
     The functions' facts are only FACT_WEAK, which the symbols give: GCC's
-    BTF has no parameter locations for the others."""
+    BTF has no parameter locations for the others.
+
+    The compiled build loads them in C (``_amend.c``), which reads the blob
+    itself; where it gives up, as where it is not built, ``_Loader`` does,
+    on parse_btf's scan of the blob, with its own result or error."""
+    loaded = c_load(elf, data, features) if _C is not None else None
+    return loaded if loaded is not None else python_load(elf, data, features)
+
+
+def c_load(elf: ElfFile, data: bytes, features: Features) -> Loaded | None:
+    """What the C loader makes of ``data``, or None where it gives up."""
+    symbols = _Symbols(elf, features)
+    with gc_paused():
+        made = _C.load(data, symbols, symbols.keys, symbols.sort_keys(), features, features.var,
+                       features.decl_tag, features.type_tag, elf.pointer_size)
+        if made is None:
+            return None
+        types, index_type, new_ids, chosen = made
+        symbols.chosen.update(chosen)
+        return symbols.loaded(types, index_type, new_ids.__getitem__)
+
+
+def python_load(elf: ElfFile, data: bytes, features: Features) -> Loaded:
+    """What ``_Loader`` makes of ``data`` (raising where it is broken)."""
     offsets: list[int] = []
     words: list[int] = []
     src = parse_btf(data, offsets=offsets, words=words)
-    return _Loader(elf, src, offsets, words, features).load()
+    return _Loader(_Symbols(elf, features), src, offsets, words, features).load()
 
 
-class _Loader:
-    """The compiler's types are read from the parser's scan of the blob:
-    each type's head and its words.  Most of what is dropped (FUNCs,
-    FUNC_PROTOs, VARs) is never built, and what stays is built with its new
-    ids from the words (structs, unions, prototypes, references) or parsed
-    and renumbered (the few that are amended)."""
+class _Symbols:
+    """What the object's symbols decide for the compiler's types: the
+    functions it defines (FUNCs chosen, in ``chosen``), where each VAR
+    pahole encodes is (``placements``), and the order of both in the
+    output; shared by ``_Loader`` and the C loader, which calls ``place``."""
 
-    def __init__(self, elf: ElfFile, src: Btf, offsets: list[int], words: list[int],
-                 features: Features):
+    def __init__(self, elf: ElfFile, features: Features):
         self.elf = elf
-        self.types = src                  # parsed when looked up
-        self.n = src.next_id
-        self.heads = [(Kind.UNKN, '', 0, 0, 0), *src.heads()]
-        self.words = words
-        self.at = [0, *[off >> 2 for off in offsets]]    # where each type's words start
-        assert src.strings is not None      # parse_btf's tables have theirs
-        self.names = src.strings
         self.f = features
-        self.pointer_size = elf.pointer_size
         defined = [s for s in elf.symbols() if s.name and 0 < s.shndx < SHN_LORESERVE]
         self.keys, self.weak = function_keys(defined)
         self.chosen: set[str] = set()
@@ -118,21 +132,76 @@ class _Loader:
         self.placements: dict[int, VarPlacement] = {}
         self.placed: set[str] = set()
 
+    def place(self, i: int, name: str, size: int) -> tuple[tuple[int, int, str], int] | None:
+        """Whether VAR ``i``, of a type of ``size`` bytes, is one pahole
+        encodes, recording where its symbol puts it: a definition (a defined
+        data symbol of its exact name: GCC names function-scope statics
+        NAME.N) of a non-empty type, not a name pahole skips, in a percpu
+        section unless ``global_var``.  If so, its sort key and linkage."""
+        if name in self.placed or name.startswith(SKIPPED_VAR_PREFIXES):
+            return None
+        sym = self.objects.get(name)
+        if sym is None or sym.shndx >= len(self.elf.sections) or size == 0:
+            return None
+        if not self.f.global_var and not is_percpu(self.elf.sections[sym.shndx].name):
+            return None
+        self.placed.add(name)
+        self.placements[i] = VarPlacement(sym.shndx, sym.value, sym.index, 0, sym.size or size)
+        return _place_key(sym), self.linkage(i)
+
+    def linkage(self, i: int) -> int:
+        """The linkage of placed VAR ``i``, by its symbol's binding."""
+        bind = self.elf.symbols()[self.placements[i].symbol].bind
+        return VAR_GLOBAL_ALLOCATED if bind in (STB_GLOBAL, STB_WEAK) else VAR_STATIC
+
+    def sort_keys(self) -> dict[str, tuple[int, int, str]]:
+        """Each defined function's sort key (its symbol's place), by its key."""
+        return {key: _place_key(sym) for key, sym in self.functions.items()}
+
+    def loaded(self, chosen: list[BtfType], index_type: int,
+               new_id: Callable[[int], int]) -> Loaded:
+        """The result: the kept types ``chosen`` in order, the arrays'
+        index type added if it is past them, the placed VARs by section
+        with their new ids (``new_id`` of their source ids)."""
+        n_funcs = sum([t.kind is _FUNC for t in chosen])
+        out = Btf(types=[VOID, *chosen], byteorder=self.elf.byteorder)
+        if index_type == out.next_id:
+            out.add(BtfType(Kind.INT, 'int', size=4, encoding=INT_SIGNED, bits=32))
+        entries: dict[int, list[tuple[VarPlacement, int]]] = {}
+        for i, p in self.placements.items():
+            entries.setdefault(p.section, []).append((p, new_id(i)))
+        facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
+        return Loaded(out, entries, n_funcs, len(self.placements), facts)
+
+
+class _Loader:
+    """The compiler's types are read from the parser's scan of the blob:
+    each type's head and its words.  Most of what is dropped (FUNCs,
+    FUNC_PROTOs, VARs) is never built, and what stays is built with its new
+    ids from the words (structs, unions, prototypes, references) or parsed
+    and renumbered (the few that are amended).  ``_amend.c`` is its twin."""
+
+    def __init__(self, symbols: _Symbols, src: Btf, offsets: list[int], words: list[int],
+                 features: Features):
+        self.sym = symbols
+        self.elf = symbols.elf
+        self.types = src                  # parsed when looked up
+        self.n = src.next_id
+        self.heads = [(Kind.UNKN, '', 0, 0, 0), *src.heads()]
+        self.words = words
+        self.at = [0, *[off >> 2 for off in offsets]]    # where each type's words start
+        assert src.strings is not None      # parse_btf's tables have theirs
+        self.names = src.strings
+        self.f = features
+        self.pointer_size = self.elf.pointer_size
+
     def load(self) -> Loaded:
         with gc_paused():
             keep = self._choose()
             enum_forwards = self._enum_forwards(keep)
             order, new_id, index_type = self._number(self._order(keep))
             chosen = self._build(order, new_id, index_type, enum_forwards)
-            n_funcs = sum([t.kind is _FUNC for t in chosen])
-            out = Btf(types=[VOID, *chosen], byteorder=self.elf.byteorder)
-        if index_type == out.next_id:
-            out.add(BtfType(Kind.INT, 'int', size=4, encoding=INT_SIGNED, bits=32))
-        entries: dict[int, list[tuple[VarPlacement, int]]] = {}
-        for i, p in self.placements.items():
-            entries.setdefault(p.section, []).append((p, new_id[i]))
-        facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
-        return Loaded(out, entries, n_funcs, len(self.placements), facts)
+            return self.sym.loaded(chosen, index_type, new_id.__getitem__)
 
     def _build(self, order: list[int], new_id: list[int], index_type: int,
                enum_forwards: set[int]) -> list[BtfType]:
@@ -152,7 +221,7 @@ class _Loader:
                 # (a FUNC's linkage, 0, is static: GCC's is not pahole's)
                 t = BtfType(k, name, 0, new_id[st], kflag)
                 if k is _VAR:
-                    t.linkage = self._var_linkage(i)
+                    t.linkage = self.sym.linkage(i)
             elif k in _COMPOSITE:
                 end = w + 3 + 3 * vlen
                 offsets: Iterable[int] = words[w + 5:end:3]
@@ -222,7 +291,7 @@ class _Loader:
         proto_users: set[int] = set()     # what kept types but FUNC_PROTOs refer to
         array_users: set[int] = set()     # what kept types but ARRAYs refer to
         inner: set[int] = set()           # the elements of ARRAYs
-        var, decl_tag, keys = self.f.var, self.f.decl_tag, self.keys
+        var, decl_tag, keys = self.f.var, self.f.decl_tag, self.sym.keys
         for i in range(1, n):
             k, name, st, vlen, detail = heads[i]
             if k in _PLAIN_REFERENCES:
@@ -284,7 +353,7 @@ class _Loader:
     def _wants_function(self, name: str, proto_id: int, named: set[str]) -> bool:
         """pahole's choice, as the DWARF path makes it: a function this
         object defines, every parameter named, the first of its name."""
-        if name not in self.keys or name in named:
+        if name not in self.sym.keys or name in named:
             return False
         proto = self.types[proto_id] if proto_id < self.n else None
         if proto is None or proto.kind is not Kind.FUNC_PROTO:
@@ -292,27 +361,12 @@ class _Loader:
         if any(not p.name for p in proto.items if p.type):
             return False
         named.add(name)
-        self.chosen.add(name)
+        self.sym.chosen.add(name)
         return True
 
     def _place(self, i: int, name: str, type_id: int) -> bool:
-        """Whether VAR ``i`` is one pahole encodes, recording where its
-        symbol puts it: a definition (a defined data symbol of its exact
-        name: GCC names function-scope statics NAME.N) of a non-empty type,
-        not a name pahole skips, in a percpu section unless ``global_var``."""
-        if name in self.placed or name.startswith(SKIPPED_VAR_PREFIXES):
-            return False
-        sym = self.objects.get(name)
-        if sym is None or sym.shndx >= len(self.elf.sections):
-            return False
-        size = self._size(type_id)
-        if size == 0:
-            return False
-        if not self.f.global_var and not is_percpu(self.elf.sections[sym.shndx].name):
-            return False
-        self.placed.add(name)
-        self.placements[i] = VarPlacement(sym.shndx, sym.value, sym.index, 0, sym.size or size)
-        return True
+        """Whether VAR ``i`` is one pahole encodes (``_Symbols.place``)."""
+        return self.sym.place(i, name, self._size(type_id)) is not None
 
     def _size(self, type_id: int, depth: int = 0) -> int:
         """Byte size of a type (0 for void, functions, or too deep a chain)."""
@@ -351,9 +405,9 @@ class _Loader:
                 tags_of.setdefault(target, []).append(i)
             else:
                 body.append(i)
-        fsym = self.functions
+        fsym, placements = self.sym.functions, self.sym.placements
         funcs.sort(key=lambda i: _place_key(fsym[heads[i][1]]))
-        variables.sort(key=lambda i: _place_key(self.elf.symbols()[self.placements[i].symbol]))
+        variables.sort(key=lambda i: _place_key(self.elf.symbols()[placements[i].symbol]))
         for i in funcs + variables:
             body.append(i)
             body += tags_of.get(i, ())
@@ -394,11 +448,6 @@ class _Loader:
             i = self.types[i].type
         raise BtfError(f'type {i}: TYPE_TAG chain longer than {MAX_DEPTH}')
 
-    def _var_linkage(self, i: int) -> int:
-        sym = self.placements[i]
-        bind = self.elf.symbols()[sym.symbol].bind
-        return VAR_GLOBAL_ALLOCATED if bind in (STB_GLOBAL, STB_WEAK) else VAR_STATIC
-
     # ---- pahole's form ---------------------------------------------------
 
     def _amended(self, t: BtfType) -> BtfType:
@@ -438,3 +487,17 @@ def _place_key(sym: Symbol) -> tuple[int, int, str]:
 
 def _is_int(t: BtfType) -> bool:
     return t.kind is Kind.INT and t.name == 'int' and t.size == 4 and bool(t.encoding & INT_SIGNED)
+
+
+def _c_loader() -> Any:
+    """objbtf.compiler_btf._amend, told what this loader makes, when the
+    compiled build runs and has it; else None."""
+    amend = c_extension('objbtf.compiler_btf._amend')
+    if amend is None:
+        return None
+    amend.init(BtfType, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
+               base_type, enum_type, declared_enum)
+    return amend
+
+
+_C: Final = _c_loader()
