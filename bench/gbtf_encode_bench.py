@@ -9,8 +9,11 @@ compile CPU is measured once, for the encode/compile ratio.
 
 - In process, A/B: with ``--against REV``, child processes take turns, round
   after round (A B, then B A), between this checkout and a git worktree of
-  REV, each importing its own objbtf (PYTHONPATH; ``-P``, or ``-c`` would put
-  the working directory, this checkout, first); a child encodes every
+  REV, each installed alike (a plain install in a virtual environment, as
+  ``--server`` uses: compiled if the install compiles) and run by its
+  environment's Python; without it, the checkout runs as it is
+  (PYTHONPATH; ``-P``, or ``-c`` would put the working directory first).
+  A child encodes every
   object once to warm up, then ``--reps`` times a fresh copy of each, and
   reports the CPU (user + system, ``time.process_time``) of each
   ``encode_path``.  Figures: the median over rounds of the summed per-object
@@ -87,36 +90,35 @@ def make_sample(build: Path, every: int, dest: Path) -> tuple[list[Path], float]
     return paths, cpu
 
 
-def in_process(trees: dict[str, Path], objs: list[Path], rounds: int,
+def in_process(runners: dict[str, tuple[str, dict[str, str]]], objs: list[Path], rounds: int,
                reps: int) -> tuple[dict, dict[str, str]]:
-    """Per tree: (median over rounds of the summed per-object medians,
-    sum of the per-object minima), in seconds; and which code each ran
-    (``objbtf.implementation()``: a worktree of another commit has no
-    compiled modules)."""
+    """Per runner (a Python and its environment): (median over rounds of
+    the summed per-object medians, sum of the per-object minima), in
+    seconds; and which code each ran (``objbtf.implementation()``)."""
     code: dict[str, str] = {}
-    sums: dict[str, list[float]] = {name: [] for name in trees}
-    best: dict[str, list[float]] = {name: [float('inf')] * len(objs) for name in trees}
-    names = list(trees)
+    sums: dict[str, list[float]] = {name: [] for name in runners}
+    best: dict[str, list[float]] = {name: [float('inf')] * len(objs) for name in runners}
+    names = list(runners)
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            out = subprocess.run([sys.executable, '-P', '-c', CHILD, str(reps), *map(str, objs)],
-                                 env={**clean_env(), 'PYTHONPATH': str(trees[name])},
-                                 capture_output=True, text=True, check=True).stdout
+            python, env = runners[name]
+            out = subprocess.run([python, '-P', '-c', CHILD, str(reps), *map(str, objs)],
+                                 env=env, capture_output=True, text=True, check=True).stdout
             child = json.loads(out)
             code[name], times = child['code'], child['times']
             sums[name].append(sum(statistics.median(t) for t in times))
             best[name] = [min(b, *t) for b, t in zip(best[name], times)]
             print(f'round {r + 1}/{rounds} {name}: {1000 * sums[name][-1] / len(objs):.1f} ms '
                   'per object', file=sys.stderr)
-    return {name: (statistics.median(sums[name]), sum(best[name])) for name in trees}, code
+    return {name: (statistics.median(sums[name]), sum(best[name])) for name in runners}, code
 
 
-def as_built(trees: dict[str, Path], objs: list[Path], rounds: int, work: Path) -> dict:
-    """Per tree and way (one process per object, server): the median over
-    rounds of the CPU per object, clients and server."""
+def as_built(installs: dict[str, str], objs: list[Path], rounds: int, work: Path) -> dict:
+    """Per install (its ``objbtf`` script) and way (one process per object,
+    server): the median over rounds of the CPU per object, clients and
+    server."""
     ways = {}
-    for name, tree in trees.items():
-        objbtf = installed_objbtf(tree, work / f'venv-{name}')
+    for name, objbtf in installs.items():
         bare = quick_client(objbtf, clean_env())
         stop = [objbtf, 'server', 'stop']
         ways[name, 'process'] = ([objbtf], clean_env(OBJBTF_RESIDENT='0'), stop)
@@ -168,7 +170,14 @@ def main() -> int:
                      f'CPU each); this checkout at {_rev(here)}'
                      + (f', against {args.against} at {_rev(trees["against"])}' if args.against
                         else '')]
-            ip, code = in_process(trees, objs, args.rounds, args.reps)
+            installs = ({name: installed_objbtf(tree, work / f'venv-{name}')
+                         for name, tree in trees.items()}
+                        if args.against or args.server else {})
+            runners = {name: (str(Path(installs[name]).parent / 'python'), clean_env())
+                       if args.against else
+                       (sys.executable, {**clean_env(), 'PYTHONPATH': str(tree)})
+                       for name, tree in trees.items()}
+            ip, code = in_process(runners, objs, args.rounds, args.reps)
             lines.append(f'in process, encode_path CPU per object ({args.rounds} rounds in turns, '
                          f'{args.reps} encodes of each object per round):')
             for name, (med, best) in ip.items():
@@ -176,14 +185,13 @@ def main() -> int:
                              f'{1000 * best / len(objs):6.1f} ms  ({med / compile_cpu:.3f} of the '
                              f'compile; {code[name]})')
             if len(set(code.values())) > 1:
-                lines.append('  (not alike: one side runs compiled modules, the other not; '
-                             '--server compares two installs)')
+                lines.append('  (not alike: one side runs compiled modules, the other not)')
             if args.against:
                 (m_this, b_this), (m_against, b_against) = ip['this'], ip['against']
                 lines.append(f'  this / against: median {m_this / m_against:.2f}, best '
                              f'{b_this / b_against:.2f}')
             if args.server:
-                built = as_built(trees, objs, max(2, args.rounds // 2), work)
+                built = as_built(installs, objs, max(2, args.rounds // 2), work)
                 lines.append('as a build runs it, CPU per object (clients and server):')
                 for (name, way), cpu in built.items():
                     lines.append(f'  {name:8} {way:8} {1000 * cpu:6.1f} ms  '

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import C_FIXTURES, ROOT, compile_c, run
+from conftest import C_FIXTURES, ROOT, compile_c, need, run
 
 import objbtf
 
-#: The sources encoded three ways; gcc and clang give different DWARF.
+#: The sources encoded three ways; gcc and clang give different DWARF, and
+#: gcc -gbtf its own BTF.
 SOURCES = ('kinds.c', 'scopes.c', 'tags.c')
 
 
@@ -77,9 +78,13 @@ def test_pure_switch_holds_for_the_link_modules_imported_first(compiled):
 
 def test_compiled_and_pure_encode_the_same_bytes(compiled, tmp_path):
     """Every object encoded by the compiled modules, by the same install with
-    OBJBTF_PURE=1 and by this checkout's sources: the same bytes."""
+    OBJBTF_PURE=1 and by this checkout's sources: the same bytes, from
+    DWARF and from GCC's BTF."""
     objects = [compile_c(cc, C_FIXTURES / src, tmp_path / f'{cc}-{src}.o')
                for cc in ('gcc', 'clang') for src in SOURCES]
+    for src in SOURCES:             # the DWARF-less build's objects
+        objects.append(tmp_path / f'gbtf-{src}.o')
+        run(need('gcc'), '-O2', '-c', '-gbtf', '-o', objects[-1], C_FIXTURES / src)
     results = {}
     for way, site, env in (('compiled', compiled, {}), ('switched', compiled, {'OBJBTF_PURE': '1'}),
                            ('checkout', ROOT, {})):

@@ -7,14 +7,14 @@
  * choices as _Loader, in the same order: which types stay (_choose), the
  * FWDs that are enums (_enum_forwards), the output order and ids (_order,
  * _number) and the kept types as model objects (_build), calling the
- * Python back for what needs the object's symbols (a VAR's placement, a
- * FUNC's symbol) and rules.py for the types it amends (base types, enums),
- * so that pahole's rules stay in one place.
+ * Python back for a VAR's placement (the object's symbols decide it), takes
+ * the functions' sort keys as a dict and calls rules.py for the types it
+ * amends (base types, enums), so that pahole's rules stay in one place.
  *
  * Like the other C passes it explains nothing.  Where parse_btf or _Loader
  * would raise (a header, a string offset or a type it cannot read, a
  * reference past the last type, a FUNC without a FUNC_PROTO, a TYPE_TAG
- * chain too long), and where a size would not fit in 63 bits, it returns
+ * chain too long), and where a size would pass 2^62, it returns
  * None and loader.py loads the blob in Python, with its own result or
  * error.  tests/test_c_amend.py compares the two.
  *
@@ -28,7 +28,6 @@
 #include <string.h>
 #include "../btf/_btf.h"
 
-#define BTF_MAGIC 0xeb9f
 #define HEADER_LEN 24
 #define CTF_K_STRUCT 6          /* loader.CTF_K_STRUCT */
 #define MAX_DEPTH 32            /* loader.MAX_DEPTH */
@@ -58,7 +57,7 @@ struct src {
 	const char *str;        /* the string section */
 	size_t limit;           /* every offset below names a string */
 	uint32_t n;             /* types + 1 (void) */
-	uint32_t *at;           /* where each type's words start; at[0] unused */
+	uint32_t *at;           /* where each type's words start (at[0]: void, none) */
 	uint8_t *kind;
 	uint8_t *flag;
 	struct name *names;     /* by string offset, decoded on first use */
@@ -66,17 +65,12 @@ struct src {
 	PyObject *ctx;          /* loader.py's _Symbols */
 };
 
-static uint32_t swap32(uint32_t v)
-{
-	return __builtin_bswap32(v);
-}
-
 static uint32_t rd32(const uint8_t *p, int big)
 {
 	uint32_t v;
 
 	memcpy(&v, p, 4);
-	return big != HOST_BIG ? swap32(v) : v;
+	return big != HOST_BIG ? __builtin_bswap32(v) : v;
 }
 
 /* ---- the blob ------------------------------------------------------------ */
@@ -446,8 +440,9 @@ struct order {
 	uint32_t index_type;
 };
 
-/* The ids of ``ids`` (FUNCs or VARs) sorted by their keys (``key_of``: a
- * dict by name, or by id for VARs: (key, linkage)), stable. */
+/* ``ids`` (FUNCs or VARs) sorted in place by their keys, stably: a FUNC's
+ * from ``func_keys`` by its name, a VAR's from ``vars_`` by its id (the
+ * first of its (key, linkage)).  0, or -1 to give up. */
 static int sort_by_key(struct src *s, uint32_t *ids, size_t n, PyObject *func_keys,
 		       PyObject *vars_)
 {
