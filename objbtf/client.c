@@ -138,7 +138,7 @@ static int tree_digest(char out[17])
 
 static int by_name(const void *a, const void *b)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /*
@@ -176,8 +176,11 @@ static int code_digest(char out[17])
 			free(dir);
 			continue;
 		}
-		char **sorted = malloc((count + 1) * sizeof(*sorted));
+		const char **sorted = malloc((count + 1) * sizeof(*sorted));
 		int kept = 0;
+
+		if (!sorted)
+			return -1;
 		for (int i = 0; i < count; i++) {
 			const char *name = names[i]->d_name;
 			if (strcmp(name, ".") && strcmp(name, "..") && strcmp(name, "__pycache__"))

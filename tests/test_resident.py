@@ -435,6 +435,37 @@ def test_c_client_reaches_the_python_clients_server(tmp_path, runtime, objects):
     served.stop()
 
 
+def _interpreter(program: Path) -> bool:
+    """Whether ``program`` names a dynamic loader (a PT_INTERP header)."""
+    from elftools.elf.elffile import ELFFile
+    with open(program, 'rb') as f:
+        return any(seg['p_type'] == 'PT_INTERP' for seg in ELFFile(f).iter_segments())
+
+
+def test_c_client_is_linked_statically_else_dynamically(tmp_path):
+    """native_client.build links the client statically (Debian's libc6-dev
+    has the static C library), and where the static link fails, as with
+    no static libc, links it dynamically."""
+    sys.path.insert(0, str(ROOT / 'objbtf'))
+    try:
+        import native_client
+    finally:
+        sys.path.remove(str(ROOT / 'objbtf'))
+    (tmp_path / 'static').mkdir()
+    assert not _interpreter(native_client.build(tmp_path / 'static'))
+    nostatic = tmp_path / 'cc'
+    nostatic.write_text('#!/bin/sh\nfor a; do [ "$a" = -static ] && exit 1; done\nexec gcc "$@"\n')
+    nostatic.chmod(0o755)
+    (tmp_path / 'dynamic').mkdir()
+    built = native_client.build(tmp_path / 'dynamic', cc=str(nostatic))
+    assert _interpreter(built)
+    # it runs: with no objbtf two directories above it, it hands the
+    # command to the Python client it cannot find there
+    ran = subprocess.run([built, '--help'], capture_output=True, text=True, timeout=60)
+    assert ran.returncode != 0 and f'{tmp_path}/objbtf/bare.py' in ran.stderr, ran
+    assert sorted(os.listdir(tmp_path / 'dynamic')) == [NATIVE]
+
+
 def test_the_encode_cache_is_the_one_each_clients_environment_names(tmp_path, runtime, objects):
     """Through the quick client as Kbuild runs it, a worker keeps encodes
     in the OBJBTF_CACHE_DIR of the client's environment, and a restored

@@ -1,9 +1,9 @@
 /*
- * What the C code over BTF (_blob.c, _dedup.c, _loader.c, _merge.c)
+ * What the C code over BTF (_blob.c, _dedup.c, _loader.c, _amend.c, _merge.c)
  * shares: the kernel's kinds (numbers, the words each kind's layout adds
  * after struct btf_type as kinds.py's registry has them, sets of kinds),
- * the host's byte order, a buffer that grows, and the making of a type's
- * entries (Member, Param, ...) for the model.
+ * the host's byte order, a buffer that grows, and the making of the
+ * model's types (BtfType) and their entries (Member, Param, ...).
  */
 #ifndef OBJBTF_BTF_H
 #define OBJBTF_BTF_H
@@ -75,6 +75,23 @@ static inline PyObject *new_entry(PyObject *cls, int n, PyObject **items)
 	}
 	if (!ok)
 		Py_CLEAR(t);
+	return t;
+}
+
+/* A BtfType (``cls``) from BtfType.__init__'s 13 fields, each a new
+ * reference (NULL among them: an error set); the references are taken
+ * either way. */
+static inline PyObject *new_type(PyObject *cls, PyObject **fields)
+{
+	PyObject *t = NULL;
+	int i;
+
+	for (i = 0; i < 13 && fields[i]; i++)
+		;
+	if (i == 13)
+		t = PyObject_Vectorcall(cls, fields, 13, NULL);
+	for (i = 0; i < 13; i++)
+		Py_XDECREF(fields[i]);
 	return t;
 }
 

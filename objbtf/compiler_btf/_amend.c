@@ -583,21 +583,6 @@ static int number(struct src *s, struct order *o, int type_tag)
 
 /* ---- the types (_Loader._build) ------------------------------------------ */
 
-/* A BtfType from its 13 fields (new references, taken; NULL: an error). */
-static PyObject *new_type(PyObject **f)
-{
-	PyObject *t = NULL;
-	int i;
-
-	for (i = 0; i < 13 && f[i]; i++)
-		;
-	if (i == 13)
-		t = PyObject_Vectorcall(btf_type, f, 13, NULL);
-	for (i = 0; i < 13; i++)
-		Py_XDECREF(f[i]);
-	return t;
-}
-
 /* The fields of a type of kind ``k`` named ``name`` (borrowed), with
  * ``size``, ``type`` and ``kflag``, all else 0, component_idx -1, no items. */
 static void fields(PyObject **f, uint32_t k, PyObject *name, uint32_t size, uint32_t type,
@@ -623,52 +608,51 @@ static PyObject *call(PyObject *rule, PyObject **args, int n)
 	return t;
 }
 
-/* A STRUCT or UNION: members (name, new type, bit offset, bitfield size). */
-static PyObject *composite(struct src *s, const struct order *o, uint32_t i, PyObject **f)
+/* Member ``e`` of STRUCT or UNION ``i``: name, new type, bit offset,
+ * bitfield size. */
+static PyObject *member(struct src *s, const struct order *o, uint32_t i, uint32_t e)
 {
-	uint32_t v = vlen_of(s, i);
+	uint32_t off = word(s, i, 5 + 3 * e);
 	int kflag = kflag_of(s, i);
-	PyObject *items = PyTuple_New(v);
+	PyObject *m[4] = {
+		Py_XNewRef(name_at(s, word(s, i, 3 + 3 * e))),
+		PyLong_FromUnsignedLong(o->new_id[word(s, i, 4 + 3 * e)]),
+		PyLong_FromUnsignedLong(kflag ? off & 0xffffff : off),
+		PyLong_FromUnsignedLong(kflag ? off >> 24 : 0),
+	};
 
-	for (uint32_t e = 0; items && e < v; e++) {
-		uint32_t off = word(s, i, 5 + 3 * e);
-		PyObject *name = name_at(s, word(s, i, 3 + 3 * e));
-		PyObject *m[4] = {
-			Py_XNewRef(name), PyLong_FromUnsignedLong(o->new_id[word(s, i, 4 + 3 * e)]),
-			PyLong_FromUnsignedLong(kflag ? off & 0xffffff : off),
-			PyLong_FromUnsignedLong(kflag ? off >> 24 : 0),
-		};
-		PyObject *member = new_entry(member_class, 4, m);
-
-		if (!member)
-			Py_CLEAR(items);
-		else
-			PyTuple_SET_ITEM(items, e, member);
-	}
-	Py_XSETREF(f[12], items);
-	return new_type(f);
+	return new_entry(member_class, 4, m);
 }
 
-/* A FUNC_PROTO: parameters (name, new type). */
-static PyObject *prototype(struct src *s, const struct order *o, uint32_t i, PyObject **f)
+/* Parameter ``e`` of FUNC_PROTO ``i``: name, new type. */
+static PyObject *param(struct src *s, const struct order *o, uint32_t i, uint32_t e)
+{
+	PyObject *p[2] = {
+		Py_XNewRef(name_at(s, word(s, i, 3 + 2 * e))),
+		PyLong_FromUnsignedLong(o->new_id[word(s, i, 4 + 2 * e)]),
+	};
+
+	return new_entry(param_class, 2, p);
+}
+
+/* Type ``i`` from ``f`` with its items, each made by ``entry``. */
+static PyObject *with_items(struct src *s, const struct order *o, uint32_t i, PyObject **f,
+			    PyObject *(*entry)(struct src *, const struct order *, uint32_t,
+					       uint32_t))
 {
 	uint32_t v = vlen_of(s, i);
 	PyObject *items = PyTuple_New(v);
 
 	for (uint32_t e = 0; items && e < v; e++) {
-		PyObject *name = name_at(s, word(s, i, 3 + 2 * e));
-		PyObject *p[2] = {
-			Py_XNewRef(name), PyLong_FromUnsignedLong(o->new_id[word(s, i, 4 + 2 * e)]),
-		};
-		PyObject *param = new_entry(param_class, 2, p);
+		PyObject *item = entry(s, o, i, e);
 
-		if (!param)
+		if (!item)
 			Py_CLEAR(items);
 		else
-			PyTuple_SET_ITEM(items, e, param);
+			PyTuple_SET_ITEM(items, e, item);
 	}
 	Py_XSETREF(f[12], items);
-	return new_type(f);
+	return new_type(btf_type, f);
 }
 
 /* _flat_array: one ARRAY for a chain of nested ones, of the product of
@@ -693,7 +677,7 @@ static PyObject *array(struct src *s, const struct order *o, uint32_t i, PyObjec
 	Py_XSETREF(f[4], PyLong_FromLong(0));
 	Py_XSETREF(f[8], PyLong_FromUnsignedLong(o->index_type));
 	Py_XSETREF(f[9], PyLong_FromUnsignedLong(nelems));
-	return new_type(f);
+	return new_type(btf_type, f);
 }
 
 /* An ENUM's or ENUM64's values as signed numbers (GCC's ENUM values are
@@ -707,21 +691,19 @@ static PyObject *enumeration(struct src *s, uint32_t i, PyObject *name, PyObject
 
 	for (uint32_t e = 0; values && e < v; e++) {
 		uint32_t at = 3 + per * e;
-		long long value;
 		PyObject *pair[2];
 
 		if (k == K_ENUM) {
-			value = (int32_t)word(s, i, at + 1);
+			int32_t value = (int32_t)word(s, i, at + 1);
+
 			negative |= value < 0;
+			pair[1] = PyLong_FromLong(value);
 		} else {
 			uint64_t u = (uint64_t)word(s, i, at + 2) << 32 | word(s, i, at + 1);
 
-			value = kflag ? (long long)(int64_t)u : 0;
-			pair[1] = kflag ? PyLong_FromLongLong(value) : PyLong_FromUnsignedLongLong(u);
+			pair[1] = kflag ? PyLong_FromLongLong((int64_t)u) : PyLong_FromUnsignedLongLong(u);
 		}
 		pair[0] = Py_XNewRef(name_at(s, word(s, i, at)));
-		if (k == K_ENUM)
-			pair[1] = PyLong_FromLongLong(value);
 		PyObject *entry = new_entry(enumerator_class, 2, pair);
 
 		if (!entry)
@@ -780,15 +762,15 @@ static PyObject *build_one(struct src *s, const struct order *o, uint32_t i, PyO
 			}
 			Py_XSETREF(f[10], Py_NewRef(PyTuple_GET_ITEM(placed, 1)));
 		}
-		return new_type(f);
+		return new_type(btf_type, f);
 	}
 	if (STRUCTS & BIT(k)) {
 		fields(f, k, name, st, 0, kflag);
-		return composite(s, o, i, f);
+		return with_items(s, o, i, f, member);
 	}
 	if (k == K_FUNC_PROTO) {
 		fields(f, k, name, 0, o->new_id[st], kflag);
-		return prototype(s, o, i, f);
+		return with_items(s, o, i, f, param);
 	}
 	if (k == K_ARRAY) {
 		fields(f, k, name, 0, 0, 0);
@@ -798,12 +780,12 @@ static PyObject *build_one(struct src *s, const struct order *o, uint32_t i, PyO
 		if (s->flag[i] & ENUM_FWD)
 			return PyObject_CallOneArg(declared_enum_rule, name);
 		fields(f, k, name, 0, 0, kflag);
-		return new_type(f);
+		return new_type(btf_type, f);
 	}
 	if (k == K_DECL_TAG) {
 		fields(f, k, name, 0, o->new_id[st], kflag);
 		Py_XSETREF(f[11], PyLong_FromLong((int32_t)word(s, i, 3)));
-		return new_type(f);
+		return new_type(btf_type, f);
 	}
 	return amended(s, i, name, features);
 }

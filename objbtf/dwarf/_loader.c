@@ -290,22 +290,6 @@ static int type_size(struct loader *l, PyObject *off, int depth, int64_t *out)
 	return OK;
 }
 
-/* A new BtfType of BtfType.__init__'s 13 fields, each a new reference
- * (NULL among them: an error set); the references are taken either way. */
-static PyObject *new_type(PyObject **fields)
-{
-	PyObject *t = NULL;
-
-	for (int i = 0; i < 13; i++)
-		if (!fields[i])
-			goto done;
-	t = PyObject_Vectorcall(btf_type, fields, 13, NULL);
-done:
-	for (int i = 0; i < 13; i++)
-		Py_XDECREF(fields[i]);
-	return t;
-}
-
 /* The fields of a type of ``kind`` named ``name`` (borrowed), all else 0,
  * component_idx -1 and no items: new references, to set more of. */
 static void fields_of(PyObject **f, int kind, PyObject *name)
@@ -417,7 +401,7 @@ static int struct_type(struct loader *l, PyObject *die, PyObject *attrs, long ta
 	if (declared) {
 		fields_of(f, K_FWD, name);
 		set(f, 4, PyLong_FromLong(in_union));   /* fwd_union */
-		return (*out = new_type(f)) ? OK : ERROR;
+		return (*out = new_type(btf_type, f)) ? OK : ERROR;
 	}
 	if ((r = sequence_of(die, s_items, &items)))
 		return r;
@@ -437,7 +421,7 @@ static int struct_type(struct loader *l, PyObject *die, PyObject *attrs, long ta
 	set(f, 4, PyLong_FromLong(bitfields));
 	set(f, 12, PyList_AsTuple(members));
 	Py_DECREF(members);
-	return (*out = new_type(f)) ? OK : ERROR;
+	return (*out = new_type(btf_type, f)) ? OK : ERROR;
 }
 
 /* Whether the type at ``off`` is a signed base type (CuLoader._underlying_signed). */
@@ -602,7 +586,7 @@ static int proto(struct loader *l, PyObject *die, PyObject **out)
 	set(f, 3, PyLong_FromLong(ret));
 	set(f, 12, PyList_AsTuple(params));
 	Py_DECREF(params);
-	return (*out = new_type(f)) ? OK : ERROR;
+	return (*out = new_type(btf_type, f)) ? OK : ERROR;
 }
 
 /* A type of one reference (a pointer, a qualifier, a typedef). */
@@ -618,7 +602,7 @@ static int ref_type(struct loader *l, PyObject *attrs, int kind, PyObject **out)
 		return r;
 	fields_of(f, kind, name);
 	set(f, 3, PyLong_FromLong(target));
-	return (*out = new_type(f)) ? OK : ERROR;
+	return (*out = new_type(btf_type, f)) ? OK : ERROR;
 }
 
 static int array_type(struct loader *l, PyObject *die, PyObject *attrs, PyObject **out)
@@ -634,7 +618,7 @@ static int array_type(struct loader *l, PyObject *die, PyObject *attrs, PyObject
 	set(f, 3, PyLong_FromLong(element));
 	set(f, 8, PyLong_FromLong(l->index_type));
 	set(f, 9, PyLong_FromUnsignedLong(count));
-	return (*out = new_type(f)) ? OK : ERROR;
+	return (*out = new_type(btf_type, f)) ? OK : ERROR;
 }
 
 /* The BtfType of one type DIE (CuLoader._encode). */
@@ -796,7 +780,7 @@ static int tagged_pointer(struct loader *l, PyObject *die, PyObject *list, long 
 			return ERROR;
 		fields_of(f, K_TYPE_TAG, value && PyUnicode_Check(value) ? value : NULL);
 		set(f, 3, PyLong_FromLong(target));
-		if (!(t = new_type(f)))
+		if (!(t = new_type(btf_type, f)))
 			return ERROR;
 		failed = PyList_Append(list, t);
 		Py_DECREF(t);
@@ -806,7 +790,7 @@ static int tagged_pointer(struct loader *l, PyObject *die, PyObject *list, long 
 	}
 	fields_of(f, K_PTR, NULL);
 	set(f, 3, PyLong_FromLong(target));
-	return (*out = new_type(f)) ? OK : ERROR;
+	return (*out = new_type(btf_type, f)) ? OK : ERROR;
 }
 
 static PyObject *load_types(PyObject *self, PyObject *args)
@@ -849,7 +833,7 @@ static PyObject *load_types(PyObject *self, PyObject *args)
 		set(f, 2, PyLong_FromLong(4));
 		set(f, 5, PyLong_FromLong(INT_SIGNED));
 		set(f, 7, PyLong_FromLong(32));
-		PyObject *t = new_type(f);
+		PyObject *t = new_type(btf_type, f);
 		r = !t || PyList_Append(list, t) ? ERROR : OK;
 		Py_XDECREF(t);
 	}
