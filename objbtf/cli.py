@@ -82,6 +82,8 @@ def main() -> None:
       objbtf dump FILE               bpftool-style listing
       objbtf check FILE [--kernel]   the kernel's BTF rules, or the kernel itself
       objbtf diff A B                what differs between two BTFs, by name
+    With ccache:
+      objbtf cache stats             the encode cache's hits, misses and size
     """
 
 
@@ -293,6 +295,77 @@ def command(start: bool) -> None:
     the interpreter without site (-S) on the bare Python client."""
     from .native_client import print_command
     print_command(start)
+
+
+@main.group()
+def cache() -> None:
+    """The encode cache, for builds with ccache.
+
+    \b
+    With OBJBTF_CACHE_DIR=DIR in the environment, encode and cc keep what
+    they write into each object; an object whose bytes, path, features and
+    objbtf version were seen before gets the kept sections instead of an
+    encode. OBJBTF_CACHE_SIZE bounds it (default 2G).
+    """
+
+
+_CACHE_DIR = click.option(
+    '--dir', 'directory', type=click.Path(file_okay=False), metavar='DIR',
+    help='The cache to look at (default: $OBJBTF_CACHE_DIR).')
+
+
+def _cache(directory: str | None):
+    """The cache in ``directory`` or OBJBTF_CACHE_DIR, with the size
+    OBJBTF_CACHE_SIZE gives; a usage error without either directory."""
+    from .encode_cache import DIR_VARIABLE, SIZE_VARIABLE, CacheConfigError, EncodeCache, parse_size
+    root = directory or os.environ.get(DIR_VARIABLE)
+    if not root:
+        raise click.UsageError(f'no encode cache: set {DIR_VARIABLE} or give --dir DIR')
+    try:
+        return EncodeCache(root, parse_size(os.environ.get(SIZE_VARIABLE) or ''))
+    except CacheConfigError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _cache_failure(cache, err: OSError) -> click.ClickException:
+    from .files import error_text
+    if isinstance(err, FileNotFoundError) and err.filename == cache.root:
+        return click.ClickException(f'{cache.root}: no encode cache there (no such directory)')
+    return click.ClickException(f'{err.filename or cache.root}: {error_text(err)}')
+
+
+@cache.command()
+@_CACHE_DIR
+def stats(directory: str | None) -> None:
+    """Print the cache's entries and size, and its hits and misses since
+    the counters were zeroed: a hit is an object given the kept sections,
+    a miss an object encoded and kept (objects without types are neither)."""
+    c = _cache(directory)
+    try:
+        st = c.stats()
+    except OSError as err:
+        raise _cache_failure(c, err) from None
+    looked = st.hits + st.misses
+    rate = f'{100 * st.hits / looked:.1f} %' if looked else '-'
+    click.echo(f'cache directory  {c.root}\n'
+               f'entries          {st.entries}\n'
+               f'size             {st.size / (1 << 20):.1f} MiB ({st.size} bytes), '
+               f'at most {c.max_size / (1 << 20):.0f} MiB\n'
+               f'hits             {st.hits}\n'
+               f'misses           {st.misses}\n'
+               f'hit rate         {rate}')
+
+
+@cache.command()
+@_CACHE_DIR
+def clear(directory: str | None) -> None:
+    """Remove every entry of the cache and zero its counters."""
+    c = _cache(directory)
+    try:
+        removed = c.clear()
+    except OSError as err:
+        raise _cache_failure(c, err) from None
+    click.echo(f'removed {removed} entries from {c.root}; counters zeroed')
 
 
 @main.command()

@@ -16,6 +16,11 @@ rest, so a damaged entry is a miss and is written anew.  A hit refreshes
 the entry's time; a write that takes its directory (one of 256) past
 1/256 of ``OBJBTF_CACHE_SIZE`` (bytes, or with K, M or G; default 2G)
 removes that directory's least recently used entries.
+
+Hits and misses are counted as ccache counts them, for ``objbtf cache
+stats``: a byte appended to ``DIR/stats/hits`` or ``DIR/stats/misses``
+per event.  An append of one byte is atomic (O_APPEND), so any number of
+encodes at once count without a lock, for about 3 us each.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import marshal
 import os
 import re
 from hashlib import blake2b, sha256
+from typing import NamedTuple
 
 from .elf.reader import Buffer
 from .elf.writer import Reloc, write_atomically
@@ -40,10 +46,23 @@ MAGIC = b'OBTFENC1'
 _CHECK_LEN = 16
 _SIZE = re.compile(r'(\d+)([KMG]?)', re.I)
 _UNITS = {'': 1, 'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+#: The counters' directory under the cache's, and their files.
+STATS = 'stats'
+HITS, MISSES = 'hits', 'misses'
+_ENTRY_DIR = re.compile(r'[0-9a-f]{2}')
 
 
 class CacheConfigError(ObjbtfError):
     """OBJBTF_CACHE_SIZE is not a size; str() says so."""
+
+
+class CacheStats(NamedTuple):
+    """What ``objbtf cache stats`` prints: the entries kept, their bytes,
+    and the events counted since the counters were last zeroed."""
+    entries: int
+    size: int
+    hits: int
+    misses: int
 
 
 class EncodeCache:
@@ -90,10 +109,15 @@ class EncodeCache:
             os.utime(path)      # most recently used (a read-only cache stays as it is)
         except OSError:
             pass
-        return _decode(data)
+        kept = _decode(data)
+        if kept is not None:
+            self._count(HITS)
+        return kept
 
     def put(self, key: str, out: Written) -> None:
-        """Keep ``out`` under ``key``; if that fails, say why in ``problem``."""
+        """Keep ``out`` under ``key`` (a miss: an encode the cache did not
+        have); if that fails, say why in ``problem``."""
+        self._count(MISSES)
         path = self._path(key)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -104,21 +128,71 @@ class EncodeCache:
                 self.problem = (f'{DIR_VARIABLE}: cannot keep an encode in '
                                 f'{err.filename or path} ({error_text(err)})')
 
+    def _count(self, event: str) -> None:
+        """One more ``event`` (HITS, MISSES): a byte appended to its file.
+        A cache that cannot be written counts nothing and says nothing
+        (``put`` says why it keeps nothing)."""
+        path = os.path.join(self.root, STATS, event)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        try:
+            try:
+                fd = os.open(path, flags, 0o666)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, flags, 0o666)
+        except OSError:
+            return
+        try:
+            os.write(fd, b'.')
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def stats(self) -> CacheStats:
+        """The entries and their bytes, and the counters.  Raises OSError
+        (FileNotFoundError when there is no cache in ``root``)."""
+        entries = size = 0
+        for directory in self._directories():
+            for _, st in _entries(directory):
+                entries += 1
+                size += st.st_size
+        return CacheStats(entries, size, self._counted(HITS), self._counted(MISSES))
+
+    def _directories(self) -> list[str]:
+        """The cache's directories of entries (DIR/KK)."""
+        with os.scandir(self.root) as top:
+            return [e.path for e in top if _ENTRY_DIR.fullmatch(e.name) and e.is_dir()]
+
+    def _counted(self, event: str) -> int:
+        try:
+            return os.stat(os.path.join(self.root, STATS, event)).st_size
+        except FileNotFoundError:
+            return 0
+
+    def clear(self) -> int:
+        """Remove every entry (not another writer's temporary file) and
+        zero the counters; the number of entries removed.  Raises OSError."""
+        removed = 0
+        for directory in self._directories():
+            for name, _ in _entries(directory):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                    removed += 1
+                except FileNotFoundError:       # another process removed it
+                    pass
+        for event in (HITS, MISSES):
+            try:
+                os.unlink(os.path.join(self.root, STATS, event))
+            except FileNotFoundError:
+                pass
+        return removed
+
     def _trim(self, directory: str, keep: str) -> None:
         """Remove the least recently used entries of ``directory`` until it
         holds at most 1/256 of the cache's size (never ``keep``)."""
-        entries = []
-        total = 0
-        with os.scandir(directory) as it:
-            for e in it:
-                if e.name.startswith('.'):      # another writer's temporary file
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:       # another process removed it
-                    continue
-                entries.append((st.st_mtime_ns, e.name, st.st_size))
-                total += st.st_size
+        entries = [(st.st_mtime_ns, name, st.st_size) for name, st in _entries(directory)]
+        total = sum(size for _, _, size in entries)
         limit = self.max_size // 256
         if total <= limit:
             return
@@ -133,6 +207,21 @@ class EncodeCache:
             total -= size
             if total <= limit:
                 return
+
+
+def _entries(directory: str) -> list[tuple[str, os.stat_result]]:
+    """The entries of one of the cache's directories, by name, with their
+    stat (not another writer's temporary file, nor one removed meanwhile)."""
+    found = []
+    with os.scandir(directory) as it:
+        for e in it:
+            if e.name.startswith('.'):      # another writer's temporary file
+                continue
+            try:
+                found.append((e.name, e.stat(follow_symlinks=False)))
+            except FileNotFoundError:       # another process removed it
+                continue
+    return found
 
 
 def parse_size(text: str) -> int:

@@ -2,7 +2,8 @@
 writes the bytes an encode writes, without encoding; its key covers the
 object's bytes, its path, the features and objbtf's sources; a damaged
 entry is a miss; a cache that cannot be written never fails an encode;
-each directory keeps its share of the size, least recently used out first.
+each directory keeps its share of the size, least recently used out first;
+``objbtf cache stats`` counts hits and misses, also of encodes at once.
 The server's side (the client's environment decides) is in test_resident.py.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def cli(*args: str, cwd: Path, **env: str):
 
 
 def entries(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.rglob('*') if p.is_file())
+    return sorted(p for p in cache.rglob('*') if p.is_file() and p.parent.name != 'stats')
 
 
 def no_encoding(monkeypatch) -> None:
@@ -187,3 +189,49 @@ def test_each_directory_keeps_its_share_least_recently_used_out_first(tmp_path):
     tiny.put(keys[4], out)
     assert [p.name for p in (tmp_path / 'ab').iterdir()] == [keys[4][2:]]
     assert tiny.problem is None
+
+
+def test_stats_count_hits_and_misses_of_encodes_at_once_and_clear_zeroes_them(tmp_path, compiled):
+    """``objbtf cache stats``: the entries and their bytes as they are on
+    disk, a miss per object encoded and kept, a hit per object given kept
+    sections, also of 12 encodes at once; ``objbtf cache clear`` removes
+    the entries and zeroes the counters."""
+    cache = tmp_path / 'cache'
+    env = {'OBJBTF_CACHE_DIR': str(cache)}
+    names = [fresh(obj, tmp_path) for obj in compiled]
+    assert cli('encode', *names, cwd=tmp_path, **env).returncode == 0      # misses
+    names = [fresh(obj, tmp_path) for obj in compiled]
+    assert cli('encode', *names, cwd=tmp_path, **env).returncode == 0      # hits
+    storm = [fresh(compiled[0], tmp_path, f'storm/{n}.o') for n in range(12)]
+    assert cli('encode', *storm, cwd=tmp_path, **env).returncode == 0      # misses (by path)
+    storm = [fresh(compiled[0], tmp_path, name) for name in storm]
+    procs = [subprocess.Popen([sys.executable, '-m', 'objbtf', 'encode', name], cwd=tmp_path,
+                              env={**os.environ, 'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0',
+                                   **env}) for name in storm]
+    assert [p.wait(timeout=300) for p in procs] == [0] * 12                # hits, at once
+    kept = entries(cache)
+    assert len(kept) == len(compiled) + len(storm)
+    stats = cli('cache', 'stats', cwd=tmp_path, **env)
+    assert stats.returncode == 0, stats.stderr
+    values = dict(re.findall(r'^(\w[\w ]*?) {2,}(.*)$', stats.stdout, re.M))
+    assert values['hits'] == values['misses'] == str(len(compiled) + len(storm))
+    assert values['hit rate'] == '50.0 %'
+    size = sum(p.stat().st_size for p in kept)
+    assert values['cache directory'] == str(cache)
+    assert values['entries'] == str(len(kept))
+    assert values['size'] == f'{size / (1 << 20):.1f} MiB ({size} bytes), at most 2048 MiB'
+    cleared = cli('cache', 'clear', '--dir', str(cache), cwd=tmp_path)
+    assert cleared.stdout == f'removed {len(kept)} entries from {cache}; counters zeroed\n'
+    assert entries(cache) == []
+    stats = cli('cache', 'stats', '--dir', str(cache), cwd=tmp_path).stdout
+    assert re.search(r'^entries +0$', stats, re.M) and re.search(r'^hits +0$', stats, re.M)
+    assert re.search(r'^misses +0$', stats, re.M) and re.search(r'^hit rate +-$', stats, re.M)
+
+
+def test_cache_commands_name_what_is_missing(tmp_path):
+    r = cli('cache', 'stats', cwd=tmp_path, OBJBTF_CACHE_DIR='')
+    assert r.returncode == 2
+    assert 'Error: no encode cache: set OBJBTF_CACHE_DIR or give --dir DIR' in r.stderr
+    r = cli('cache', 'clear', cwd=tmp_path, OBJBTF_CACHE_DIR=str(tmp_path / 'none'))
+    assert r.returncode == 1
+    assert r.stderr == f'Error: {tmp_path}/none: no encode cache there (no such directory)\n'
