@@ -47,8 +47,9 @@ def build(dest: Path | None = None, cc: str | None = None) -> Path:
     module; written under another name, then renamed); its path.  Linked
     statically where the C library allows it: Kbuild runs the client once
     per object, and a dynamically linked program's start (the loader,
-    relocations) is about half of what the client costs.  Raises OSError or
-    CalledProcessError."""
+    relocations) is about a quarter of what the client costs (0.71 to 0.82
+    ms of CPU a command, against 0.51 to 0.65 linked statically: README,
+    "The resident server").  Raises OSError or CalledProcessError."""
     import shutil
     import subprocess
     import tempfile

@@ -71,6 +71,21 @@ def compile_c(compiler: str, src: Path, out: Path, *flags: str) -> Path:
     return out
 
 
+
+def cache_entries(cache: Path) -> list[Path]:
+    """The entries of the encode cache in ``cache``: every file but its
+    counters (``encode_cache.STATS``)."""
+    from objbtf.encode_cache import STATS
+    return sorted(p for p in cache.rglob('*') if p.is_file() and p.parent.name != STATS)
+
+
+def cache_counts(cache: Path) -> tuple[int, int]:
+    """The hits and misses the encode cache in ``cache`` counted: a byte
+    each, in its counter files (none yet: 0)."""
+    from objbtf.encode_cache import STATS
+    counters = [cache / STATS / event for event in ('hits', 'misses')]
+    return tuple(p.stat().st_size if p.exists() else 0 for p in counters)
+
 @pytest.fixture(scope='session')
 def kernel_build() -> Path:
     """The reference kernel's O= build tree, built once (about 10 minutes)."""

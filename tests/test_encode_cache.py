@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import C_FIXTURES, ROOT, compile_c, need, run
+from conftest import C_FIXTURES, ROOT, cache_entries as entries, compile_c, need, run
 from objbtf import encode_cache, encode_file
 from objbtf.encode_cache import EncodeCache, parse_size
 from objbtf.encode_file import encode_path
@@ -52,10 +52,6 @@ def cli(*args: str, cwd: Path, **env: str):
     """objbtf in a process of its own, in process (no server), with ``env``."""
     return run(sys.executable, '-m', 'objbtf', *args, cwd=cwd, check=False,
                env={**os.environ, 'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0', **env})
-
-
-def entries(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.rglob('*') if p.is_file() and p.parent.name != 'stats')
 
 
 def no_encoding(monkeypatch) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import C_FIXTURES, ROOT, compile_c, need, run
+from conftest import C_FIXTURES, ROOT, cache_counts, cache_entries, compile_c, need, run
 
 NATIVE = 'objbtf-client'
 SERVER_LINE = re.compile(r'^objbtf-server pid=(\d+) requests=(\d+) user=(\d+\.\d+) sys=(\d+\.\d+)$')
@@ -477,24 +477,17 @@ def test_the_encode_cache_is_the_one_each_clients_environment_names(tmp_path, ru
     local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
     names = populate(tree.path, objects[:2], 1)
     populate(local.path, objects[:2], 1)
-    def kept() -> list[Path]:
-        return [p for p in cache.rglob('*') if p.is_file() and p.parent.name != 'stats']
-
-    def counted() -> tuple[int, int]:
-        return tuple((cache / 'stats' / event).stat().st_size for event in ('hits', 'misses'))
-
     assert tree.native(program, 'encode', names[0], OBJBTF_CACHE_DIR=str(cache)).returncode == 0
-    [entry] = kept()
-    assert not (cache / 'stats' / 'hits').exists()                # a miss only
-    assert (cache / 'stats' / 'misses').stat().st_size == 1
+    [entry] = cache_entries(cache)
+    assert cache_counts(cache) == (0, 1)                        # a miss only
     os.utime(entry, ns=(0, 0))
     inode = entry.stat().st_ino
     shutil.copyfile(objects[0], tree.path / names[0])
     assert tree.native(program, 'encode', names[0], OBJBTF_CACHE_DIR=str(cache)).returncode == 0
     assert (entry.stat().st_ino, entry.stat().st_mtime > 0) == (inode, True)
-    assert counted() == (1, 1)                  # the worker counts as a process does
+    assert cache_counts(cache) == (1, 1)        # the worker counts as a process does
     assert tree.native(program, 'encode', names[1]).returncode == 0
-    assert kept() == [entry] and counted() == (1, 1)
+    assert cache_entries(cache) == [entry] and cache_counts(cache) == (1, 1)
     for name in names:
         assert local.run('encode', name).returncode == 0
         assert (tree.path / name).read_bytes() == (local.path / name).read_bytes(), name
