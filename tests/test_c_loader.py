@@ -23,7 +23,10 @@ from objbtf.btf.types import Btf, gc_paused
 from objbtf.dwarf import constants as C
 from objbtf.dwarf import loader as loader_module
 from objbtf.dwarf.loader import CuLoader
-from objbtf.dwarf.reader import M_BIT_OFFSET, M_BYTE_SIZE, M_LOCATION, M_TYPE, Expr, read_units
+from objbtf.dwarf.reader import (
+    M_BIT_OFFSET, M_BYTE_SIZE, M_LOCATION, M_TYPE, P_ABSTRACT_ORIGIN, P_SPECIFICATION, Expr,
+    read_units,
+)
 from objbtf.elf.reader import ElfFile
 from objbtf.encoder import _all_dies, debug_sections, has_dwarf
 from objbtf.features import Features
@@ -183,6 +186,29 @@ def test_a_reference_to_no_type_is_left_to_python(tmp_path):
     assert c_load(units[0], dies, Btf(byteorder=byteorder)) is None
     assert python_outcome(units, dies, byteorder) is loader_module.LoadError
     assert c_outcome(units, dies, byteorder) is loader_module.LoadError
+
+
+@pytest.mark.parametrize('reference', [P_SPECIFICATION, P_ABSTRACT_ORIGIN])
+def test_a_parameter_named_through_another_die_is_left_to_python(tmp_path, reference):
+    """A function type's parameter (an item) without a name or a type of
+    its own, which a specification or an abstract origin gives (compilers
+    write neither there): the C gives up, and the Python follows the
+    reference as it does for a function's parameters (DIEs)."""
+    units, dies, byteorder = small_object(tmp_path)
+    proto = next(d for d in units[0].dies if d.tag == C.TAG_subroutine_type and d.items)
+    origin = next(c for d in units[0].dies if d.tag == C.TAG_subprogram for c in d.children
+                  if c.tag == C.TAG_formal_parameter and c.attrs.get(C.AT_name))
+    param = [None] * len(proto.items[0])
+    param[0], param[-1] = C.TAG_formal_parameter, ()
+    param[reference] = origin.offset
+    proto.items = [tuple(param), *proto.items[1:]]
+    assert c_load(units[0], dies, Btf(byteorder=byteorder)) is None
+    keys = python_outcome(units, dies, byteorder)
+    assert c_outcome(units, dies, byteorder) == keys
+    loader = CuLoader(units[0], Btf(byteorder=byteorder), FEATURES, dies)
+    loader._load_types()
+    [name, type_id] = loader.params(proto)[0]
+    assert (name, type_id) == (origin.attrs[C.AT_name], loader.ids[origin.attrs[C.AT_type]])
 
 
 #: Values a mutation puts in place of a DIE's attribute or a member's field.

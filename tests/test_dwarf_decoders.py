@@ -64,7 +64,7 @@ def values_shape(values) -> tuple:
 
 
 def item_shape(item: tuple) -> tuple:
-    """A member or enumerator (reader.ITEM_ATTRS): its values, and the DIEs under it."""
+    """A member, enumerator or parameter (reader.ITEM_ATTRS): its values, and the DIEs under it."""
     *values, children = item
     return values_shape(values), type(children).__name__, tuple(c.offset for c in children)
 

@@ -3,9 +3,9 @@
  *
  * It makes the same Die and CompileUnit objects as reader.py's decoder,
  * attribute for attribute: the same DIEs kept (the sets reader.py hands to
- * init()), the same items (members, enumerators), the same values and
- * conversions.  It only takes the well-formed
- * path: at anything it does not expect (a truncated or damaged section, a
+ * init()), the same items (members, enumerators, a function type's
+ * parameters), the same values and conversions.  It only takes the
+ * well-formed path: at anything it does not expect (a truncated or damaged section, a
  * form it does not decode, a value past 64 bits, an index outside its
  * section) it returns None, and reader.py's decoder decodes the sections
  * again, with its own result or error message.  So the C code never has to
@@ -81,6 +81,7 @@ struct section {
 
 #define BITMAP_BITS 65536
 static uint8_t type_tags[BITMAP_BITS / 8], child_tags[BITMAP_BITS / 8], top_tags[BITMAP_BITS / 8];
+static uint8_t item_parents[BITMAP_BITS / 8];
 static uint8_t wanted_attrs[BITMAP_BITS / 8];
 static PyObject *die_type, *unit_type, *expr_type;
 static uint64_t annotation_tag;
@@ -221,15 +222,16 @@ static int item_of(uint64_t tag)
 static PyObject *init(PyObject *self, PyObject *args)
 {
 	PyObject *die, *unit, *expr, *types, *children, *tops, *wanted, *forms_of, *item_attrs;
+	PyObject *parents;
 	unsigned long long annotation;
 
-	if (!PyArg_ParseTuple(args, "OOOOOOOO!KO!:init", &die, &unit, &expr, &types, &children,
+	if (!PyArg_ParseTuple(args, "OOOOOOOO!KO!O:init", &die, &unit, &expr, &types, &children,
 			      &tops, &wanted, &PyDict_Type, &forms_of, &annotation, &PyDict_Type,
-			      &item_attrs))
+			      &item_attrs, &parents))
 		return NULL;
 	if (fill_bitmap(type_tags, types) || fill_bitmap(child_tags, children)
 	    || fill_bitmap(top_tags, tops) || fill_bitmap(wanted_attrs, wanted)
-	    || fill_rules(forms_of) || fill_items(item_attrs))
+	    || fill_rules(forms_of) || fill_items(item_attrs) || fill_bitmap(item_parents, parents))
 		return NULL;
 	Py_INCREF(die);
 	Py_INCREF(unit);
@@ -838,14 +840,16 @@ fail:
 
 /* An open parent: where a kept child goes (``children``; NULL: the parent
  * is not kept), and where an item goes (``items``; NULL: under an item,
- * whose children are DIEs). */
+ * whose children are DIEs, or under a DIE whose tag is not an item
+ * parent's). */
 struct open {
 	PyObject *children, *items;
 };
 
-/* A kept DIE that is not an item: a Die, with lists of children and items
- * if its abbreviation has children (``open`` gets them), into ``dies`` and
- * ``by_offset`` unless it is the root; NULL on failure. */
+/* A kept DIE that is not an item: a Die, with a list of children if its
+ * abbreviation has children, and of items too if its tag is an item
+ * parent's (``open`` gets them), into ``dies`` and ``by_offset`` unless it
+ * is the root; NULL on failure. */
 static PyObject *make_die(const struct abbrev *ab, Py_ssize_t die_off, PyObject *attrs, int top,
 			  struct open *open)
 {
@@ -859,10 +863,13 @@ static PyObject *make_die(const struct abbrev *ab, Py_ssize_t die_off, PyObject 
 	*open = (struct open){NULL, NULL};
 	if (ab->has_children) {
 		open->children = args[4] = PyList_New(0);
-		open->items = args[5] = PyList_New(0);
-		nargs = 6;
+		nargs = 5;
+		if (bit(item_parents, ab->tag)) {
+			open->items = args[5] = PyList_New(0);
+			nargs = 6;
+		}
 	}
-	if (args[0] && args[1] && (!ab->has_children || (args[4] && args[5])))
+	if (args[0] && args[1] && (nargs < 5 || args[4]) && (nargs < 6 || args[5]))
 		die = PyObject_Vectorcall(die_type, args, nargs, NULL);
 	Py_XDECREF(args[0]);
 	Py_XDECREF(args[1]);
@@ -1125,7 +1132,7 @@ out:
 static PyMethodDef methods[] = {
 	{"init", init, METH_VARARGS,
 	 "init(Die, CompileUnit, Expr, type_tags, child_tags, top_tags, wanted, forms_of, "
-	 "annotation_tag, item_attrs): what reader.py's decoder keeps and makes."},
+	 "annotation_tag, item_attrs, item_parents): what reader.py's decoder keeps and makes."},
 	{"read_units", read_units, METH_VARARGS,
 	 "read_units(info, abbrev, str, line_str, str_offsets, loclists, big_endian): the "
 	 "units reader.read_units gives, or None where reader.py must decide."},

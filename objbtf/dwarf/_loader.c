@@ -53,6 +53,7 @@ enum { INT_SIGNED = 1, INT_BOOL = 4 };
 enum { I_TAG, M_NAME, M_TYPE, M_LOCATION, M_DATA_BIT_OFFSET, M_BIT_SIZE, M_BIT_OFFSET,
        M_BYTE_SIZE };
 enum { E_NAME = 1, E_VALUE = 2 };
+enum { P_NAME = 1, P_TYPE, P_SPECIFICATION, P_ABSTRACT_ORIGIN };
 /* A value the loader computes with, past this, is left to loader.py. */
 #define LIMIT ((int64_t)1 << 48)
 
@@ -531,14 +532,50 @@ static int base_type(struct loader *l, PyObject *attrs, PyObject **out)
 	return (*out = call_rule(base_type_rule, 5, args)) ? OK : ERROR;
 }
 
-/* A subroutine type's FUNC_PROTO (CuLoader.proto and params). */
-static int proto(struct loader *l, PyObject *die, PyObject **out)
+/* A function type's parameter, an item, as a Param (CuLoader.params), a
+ * new reference in *out; NULL for what is no parameter. */
+static int param_entry(struct loader *l, PyObject *p, PyObject **out)
 {
-	PyObject *children, *params, *ret_off, *f[13];
-	long ret, type_id;
+	PyObject *one[2], *name;
+	int64_t tag;
+	long type_id;
 	int r;
 
-	if ((r = sequence_of(die, s_children, &children)))
+	*out = NULL;
+	if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) < 2
+	    || !small_int(PyTuple_GET_ITEM(p, I_TAG), &tag))
+		return GIVE_UP;
+	if (tag == TAG_UNSPECIFIED_PARAMETERS) {
+		one[0] = Py_NewRef(empty);
+		one[1] = PyLong_FromLong(0);
+		return (*out = new_entry(param_class, 2, one)) ? OK : ERROR;
+	}
+	if (tag != TAG_FORMAL_PARAMETER)
+		return OK;
+	/* Names or types found through another DIE: loader.py follows them. */
+	if (PyTuple_GET_SIZE(p) <= P_ABSTRACT_ORIGIN
+	    || PyTuple_GET_ITEM(p, P_SPECIFICATION) != Py_None
+	    || PyTuple_GET_ITEM(p, P_ABSTRACT_ORIGIN) != Py_None)
+		return GIVE_UP;
+	name = PyTuple_GET_ITEM(p, P_NAME);
+	if (name != Py_None && !PyUnicode_Check(name))
+		return GIVE_UP;         /* CuLoader.params returns (str, int) pairs */
+	if ((r = ref(l, PyTuple_GET_ITEM(p, P_TYPE), &type_id)))
+		return r;
+	one[0] = or_else(name, empty);
+	one[1] = PyLong_FromLong(type_id);
+	return (*out = new_entry(param_class, 2, one)) ? OK : ERROR;
+}
+
+/* A subroutine type's FUNC_PROTO (CuLoader.proto and params), from its
+ * items. */
+static int proto(struct loader *l, PyObject *die, PyObject **out)
+{
+	PyObject *items, *params, *ret_off, *f[13];
+	long ret;
+	int r;
+
+	if ((r = sequence_of(die, s_items, &items)))
 		return r;
 	if (!(ret_off = origin_attr(l, die, AT_TYPE)) && PyErr_Occurred())
 		return ERROR;
@@ -546,35 +583,11 @@ static int proto(struct loader *l, PyObject *die, PyObject **out)
 		return r;
 	if (!(params = PyList_New(0)))
 		return ERROR;
-	for (Py_ssize_t i = 0; r == OK && i < PySequence_Fast_GET_SIZE(children); i++) {
-		PyObject *c = PySequence_Fast_ITEMS(children)[i], *one[2], *param, *name, *type_off;
-		long tag = tag_of(c);
+	for (Py_ssize_t i = 0; r == OK && i < PySequence_Fast_GET_SIZE(items); i++) {
+		PyObject *param;
 
-		if (tag < 0) {
-			r = GIVE_UP;
-			break;
-		}
-		if (tag == TAG_FORMAL_PARAMETER) {
-			if ((!(name = origin_attr(l, c, AT_NAME)) && PyErr_Occurred())
-			    || (!(type_off = origin_attr(l, c, AT_TYPE)) && PyErr_Occurred())) {
-				r = ERROR;
-				break;
-			}
-			if (name && !PyUnicode_Check(name)) {
-				r = GIVE_UP;    /* CuLoader.params returns (str, int) pairs */
-				break;
-			}
-			if ((r = ref(l, type_off, &type_id)))
-				break;
-			one[0] = Py_NewRef(name ? name : empty);
-			one[1] = PyLong_FromLong(type_id);
-		} else if (tag == TAG_UNSPECIFIED_PARAMETERS) {
-			one[0] = Py_NewRef(empty);
-			one[1] = PyLong_FromLong(0);
-		} else {
-			continue;
-		}
-		if (!(param = new_entry(param_class, 2, one)) || PyList_Append(params, param))
+		r = param_entry(l, PySequence_Fast_ITEMS(items)[i], &param);
+		if (r == OK && param && PyList_Append(params, param))
 			r = ERROR;
 		Py_XDECREF(param);
 	}

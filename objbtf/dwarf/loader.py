@@ -19,7 +19,8 @@ from ..rules import base_type, declared_enum, enum_type
 from . import constants as C
 from .reader import (
     E_NAME, E_VALUE, I_TAG, M_BIT_OFFSET, M_BIT_SIZE, M_BYTE_SIZE, M_CHILDREN, M_DATA_BIT_OFFSET,
-    M_LOCATION, M_NAME, M_TYPE, TYPE_TAGS, CompileUnit, Die, Expr, read_uleb,
+    M_LOCATION, M_NAME, M_TYPE, P_ABSTRACT_ORIGIN, P_NAME, P_SPECIFICATION, P_TYPE, TYPE_TAGS,
+    CompileUnit, Die, Expr, read_uleb,
 )
 
 _REF_KIND: Final = {
@@ -57,9 +58,9 @@ class CuLoader:
 
     # ---- attribute helpers -------------------------------------------------
 
-    def origin_attr(self, die: Die | None, attr: int, default=None):
-        """``attr`` of ``die``, or of its specification / abstract origin."""
-        seen = 0
+    def origin_attr(self, die: Die | None, attr: int, default=None, seen: int = 0):
+        """``attr`` of ``die``, or of its specification / abstract origin
+        (``seen``: how many such references led to ``die``)."""
         while die is not None and seen < 8:
             v = die.attrs.get(attr)
             if v is not None:
@@ -68,6 +69,15 @@ class CuLoader:
             die = self.dies.get(ref) if ref else None
             seen += 1
         return default
+
+    def _param_attr(self, param: tuple, field: int, attr: int, default=None):
+        """``origin_attr`` for a function type's parameter, an item
+        (``field``: where ``attr`` is in it)."""
+        v = param[field]
+        if v is not None:
+            return v
+        ref = param[P_SPECIFICATION] or param[P_ABSTRACT_ORIGIN]
+        return self.origin_attr(self.dies.get(ref) if ref else None, attr, default, 1)
 
     def type_size(self, off: int | None, depth: int = 0) -> int:
         """Byte size of the type DIE at ``off`` (0 for void or unknown)."""
@@ -277,14 +287,20 @@ class CuLoader:
     # ---- functions, parameters, decl tags ------------------------------------
 
     def params(self, die: Die) -> list[tuple[str, int]]:
-        """(name, type id) of each parameter; '' name if unnamed; a trailing
-        ('', 0) for varargs."""
+        """(name, type id) of each parameter of a function or a function
+        type; '' name if unnamed; a trailing ('', 0) for varargs."""
         out = []
-        for c in die.children:
+        for c in die.children:          # a function's: DIEs
             if c.tag == C.TAG_formal_parameter:
                 out.append((self.origin_attr(c, C.AT_name, ''),
                             self.ref(self.origin_attr(c, C.AT_type))))
             elif c.tag == C.TAG_unspecified_parameters:
+                out.append(('', 0))
+        for p in die.items:             # a function type's: items
+            if p[I_TAG] == C.TAG_formal_parameter:
+                out.append((self._param_attr(p, P_NAME, C.AT_name, ''),
+                            self.ref(self._param_attr(p, P_TYPE, C.AT_type))))
+            elif p[I_TAG] == C.TAG_unspecified_parameters:
                 out.append(('', 0))
         return out
 

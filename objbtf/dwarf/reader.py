@@ -2,8 +2,8 @@
 
 It decodes only what BTF needs and keeps only the DIEs the loader uses
 (types, their parameters, top-level functions and variables); of a
-struct's members and an enum's values it keeps a few values each
-(``ITEM_ATTRS``).
+struct's members, an enum's values and a function type's parameters it
+keeps a few values each (``ITEM_ATTRS``).
 Each abbreviation is compiled once into a plan of fixed-size runs, decoded
 with one ``struct.unpack_from`` each, and the few variable-length forms.
 This is several times faster than a general-purpose DWARF library, which
@@ -112,22 +112,33 @@ CHILD_TAGS: Final = frozenset({
     C.TAG_unspecified_parameters, C.TAG_LLVM_annotation,
 })
 TOP_TAGS: Final = frozenset({C.TAG_subprogram, C.TAG_variable})
-#: Children kept as items of their parent DIE rather than as DIEs: a
-#: tuple of the tag, these attributes' values (None where absent), and the
-#: DIEs kept under it (clang's annotations of a member; () for an
-#: abbreviation without children).  A struct's members and an enum's
-#: values are most of a unit's DIEs, and these few values all the loader
-#: reads of them.
+#: Children kept as items of their parent DIE rather than as DIEs, under
+#: the parents of ``ITEM_PARENTS``: a tuple of the tag, these attributes'
+#: values (None where absent), and the DIEs kept under it (clang's
+#: annotations of a member; () for an abbreviation without children).  A
+#: struct's members, an enum's values and a function type's parameters are
+#: most of a unit's DIEs, and these few values all the loader reads of them.
 ITEM_ATTRS: Final = {
     C.TAG_member: (C.AT_name, C.AT_type, C.AT_data_member_location, C.AT_data_bit_offset,
                    C.AT_bit_size, C.AT_bit_offset, C.AT_byte_size),
     C.TAG_enumerator: (C.AT_name, C.AT_const_value),
+    C.TAG_formal_parameter: (C.AT_name, C.AT_type, C.AT_specification, C.AT_abstract_origin),
+    C.TAG_unspecified_parameters: (),
 }
+#: The DIEs whose children can be items.  A function's parameters stay
+#: DIEs: they are what its concrete instances' parameters name as their
+#: abstract origin, and what the encoder reads their locations from.
+ITEM_PARENTS: Final = frozenset({
+    C.TAG_structure_type, C.TAG_class_type, C.TAG_union_type, C.TAG_enumeration_type,
+    C.TAG_subroutine_type,
+})
 #: Where each field is in a member's item ...
 I_TAG, M_NAME, M_TYPE, M_LOCATION, M_DATA_BIT_OFFSET, M_BIT_SIZE, M_BIT_OFFSET, M_BYTE_SIZE, \
     M_CHILDREN = range(9)
-#: ... and in an enumerator's.
+#: ... in an enumerator's ...
 E_NAME, E_VALUE = 1, 2
+#: ... and in a parameter's.
+P_NAME, P_TYPE, P_SPECIFICATION, P_ABSTRACT_ORIGIN = 1, 2, 3, 4
 
 
 class Expr(NamedTuple):
@@ -139,7 +150,8 @@ class Expr(NamedTuple):
 class Die:
     """A kept DIE: ``attrs`` maps DW_AT_* to converted values; ``top`` when
     its parent is the unit DIE; ``children`` the kept DIEs under it, and
-    ``items`` its members or enumerators (``ITEM_ATTRS``), in order."""
+    ``items`` its members, enumerators or parameters (``ITEM_ATTRS``), in
+    order."""
     __slots__ = ('offset', 'tag', 'attrs', 'children', 'items', 'top')
 
     def __init__(self, offset: int, tag: int, attrs: dict, top: bool = False,
@@ -593,8 +605,9 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
     converters: dict[int, tuple] = {}
     dies: list[Die] = []
     by_offset: dict[int, Die] = {}
-    # The open parents: a kept Die's lists of children and items, an item's
-    # list of children (and None), or None for a DIE that is not kept.
+    # The open parents: a kept Die's lists of children and items (None
+    # unless ITEM_PARENTS has its tag), an item's list of children (and
+    # None), or None for a DIE that is not kept.
     stack: list[tuple[list[Die], list[tuple] | None] | None] = []
     root: Die | None = None
     while pos < end:
@@ -644,8 +657,8 @@ def _read_unit(dec: _UnitDecoder, info: bytes, pos: int, end: int) -> CompileUni
             continue
         if ab.has_children:
             children: list[Die] = []
-            items: list[tuple] = []
-            die = Die(die_off, tag, attrs, depth == 1, children, items)
+            items: list[tuple] | None = [] if tag in ITEM_PARENTS else None
+            die = Die(die_off, tag, attrs, depth == 1, children, () if items is None else items)
             stack.append((children, items))
         else:
             die = Die(die_off, tag, attrs, depth == 1)
@@ -688,7 +701,7 @@ def _c_decoder() -> Any:
     if _dies is None:
         return None
     _dies.init(Die, CompileUnit, Expr, TYPE_TAGS, CHILD_TAGS, TOP_TAGS, WANTED, _FORMS_OF,
-               C.TAG_LLVM_annotation, ITEM_ATTRS)
+               C.TAG_LLVM_annotation, ITEM_ATTRS, ITEM_PARENTS)
     return _dies
 
 
