@@ -5,11 +5,12 @@
  * attribute for attribute: the same DIEs kept (the sets reader.py hands to
  * init()), the same items (members, enumerators, a function type's
  * parameters), the same values and conversions.  It only takes the
- * well-formed path: at anything it does not expect (a truncated or damaged section, a
- * form it does not decode, a value past 64 bits, an index outside its
- * section) it returns None, and reader.py's decoder decodes the sections
- * again, with its own result or error message.  So the C code never has to
- * name what is wrong, only to stop safely; every read is bounds-checked.
+ * well-formed path: at anything it does not expect (a truncated or
+ * damaged section, a form it does not decode, a value past 64 bits, an
+ * index outside its section) it returns None, and reader.py's decoder
+ * decodes the sections again, with its own result or error message.  So
+ * the C code never has to name what is wrong, only to stop safely; every
+ * read is bounds-checked.
  *
  * Decoding in Python was a third of an object's encode (bench/RESULTS.md):
  * what stays is making the objects the loader reads.
