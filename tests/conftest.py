@@ -71,7 +71,6 @@ def compile_c(compiler: str, src: Path, out: Path, *flags: str) -> Path:
     return out
 
 
-
 def cache_entries(cache: Path) -> list[Path]:
     """The entries of the encode cache in ``cache``: every file but its
     counters (``encode_cache.STATS``)."""
@@ -85,6 +84,7 @@ def cache_counts(cache: Path) -> tuple[int, int]:
     from objbtf.encode_cache import STATS
     counters = [cache / STATS / event for event in ('hits', 'misses')]
     return tuple(p.stat().st_size if p.exists() else 0 for p in counters)
+
 
 @pytest.fixture(scope='session')
 def kernel_build() -> Path:

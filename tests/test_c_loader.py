@@ -24,8 +24,8 @@ from objbtf.dwarf import constants as C
 from objbtf.dwarf import loader as loader_module
 from objbtf.dwarf.loader import CuLoader
 from objbtf.dwarf.reader import (
-    M_BIT_OFFSET, M_BYTE_SIZE, M_LOCATION, M_TYPE, P_ABSTRACT_ORIGIN, P_SPECIFICATION, Expr,
-    read_units,
+    ITEM_ATTRS, M_BIT_OFFSET, M_BYTE_SIZE, M_LOCATION, M_TYPE, P_ABSTRACT_ORIGIN,
+    P_SPECIFICATION, Expr, read_units,
 )
 from objbtf.elf.reader import ElfFile
 from objbtf.encoder import _all_dies, debug_sections, has_dwarf
@@ -198,7 +198,7 @@ def test_a_parameter_named_through_another_die_is_left_to_python(tmp_path, refer
     proto = next(d for d in units[0].dies if d.tag == C.TAG_subroutine_type and d.items)
     origin = next(c for d in units[0].dies if d.tag == C.TAG_subprogram for c in d.children
                   if c.tag == C.TAG_formal_parameter and c.attrs.get(C.AT_name))
-    param = [None] * len(proto.items[0])
+    param = [None] * (len(ITEM_ATTRS[C.TAG_formal_parameter]) + 2)
     param[0], param[-1] = C.TAG_formal_parameter, ()
     param[reference] = origin.offset
     proto.items = [tuple(param), *proto.items[1:]]
