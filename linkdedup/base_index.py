@@ -95,14 +95,22 @@ def group_digest(coarse: object) -> int:
     return digest(repr(coarse).encode())
 
 
+#: ``_code_digest()`` once made: the code a process runs does not change
+#: under it, and reading the sources again cost each module link 1 ms.
+_code: bytes | None = None
+
+
 def _code_digest() -> bytes:
     """The code an index's contents depend on: grouping (dedup), hashing
     (and its C twin, whose hashes the compiled build takes), this."""
-    h = blake2b(digest_size=16)
-    for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
-        h.update(module_code(module.__name__))
-    h.update(module_code('objbtf.btf._blob', '.c'))
-    return h.digest()
+    global _code
+    if _code is None:
+        h = blake2b(digest_size=16)
+        for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
+            h.update(module_code(module.__name__))
+        h.update(module_code('objbtf.btf._blob', '.c'))
+        _code = h.digest()
+    return _code
 
 
 def module_code(name: str, suffix: str = '.py') -> bytes:
@@ -392,7 +400,8 @@ def _lazy_base(raw: bytes, offsets: memoryview, count: int,
     header = BtfHeader.read(raw)
     strings = _IndexedStrings(header.strings(raw))
     strings.table = strings_table
-    parser = TypeParser(header.types(raw), order_char(header.order), strings)
+    # A view, not a copy of vmlinux's types: the parser reads a few hundred.
+    parser = TypeParser(header.types(memoryview(raw)), order_char(header.order), strings)
     return Btf.lazy(count - 1, _Source(parser, offsets), None, header.order, strings), parser
 
 

@@ -432,15 +432,28 @@ def _adopt(conn: socket.socket) -> list[str] | None:
     return sys.argv[1:]
 
 
+#: The environment a worker last took, as a plain dict: the commands of one
+#: build mostly share theirs, and comparing two dicts takes microseconds where
+#: reading ``os.environb`` name by name took 0.14 ms a command (for the 200
+#: variables of a make).  Nothing a command runs changes the environment.
+_taken: dict[bytes, bytes] | None = None
+
+
 def _take_environment(environ: dict[bytes, bytes]) -> None:
     """Make the process environment the client's, changing only what
     differs (a fork's every write copies a page)."""
+    global _taken
+    if _taken is None:
+        _taken = dict(os.environb)
+    if environ == _taken:
+        return
     env = os.environb
-    for name in [n for n in env if n not in environ]:
-        del env[name]
+    for name in [n for n in _taken if n not in environ]:
+        env.pop(name, None)
     for name, value in environ.items():
-        if env.get(name) != value:
+        if _taken.get(name) != value:
             env[name] = value
+    _taken = environ
 
 
 def _watch_client(conn: socket.socket) -> None:

@@ -592,6 +592,27 @@ def test_a_worker_serves_encodes_in_turn_and_retires_when_niced(tmp_path, runtim
     served.stop()
 
 
+def test_a_worker_takes_each_clients_environment_as_it_is():
+    """A worker serves command after command in one process: each command
+    sees its client's environment exactly, whatever the one before had
+    (a variable added, changed, removed, and the first one again)."""
+    code = """if True:
+        import os, sys
+        from objbtf import server
+        first = dict(os.environb)
+        added = {**first, b'OBJBTF_T': b'1', b'OTHER_T': b'a'}
+        changed = {**first, b'OBJBTF_T': b'2'}
+        for environ in (added, changed, first, added, added):
+            server._take_environment(dict(environ))
+            if dict(os.environb) != environ or os.environ.get('OBJBTF_T') != (
+                    environ.get(b'OBJBTF_T', b'').decode() or None):
+                sys.exit(f'after {sorted(set(environ) ^ set(first))}: {dict(os.environb)}')
+    """
+    ran = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         env={**os.environ, 'PYTHONPATH': str(ROOT)}, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+
+
 def test_idle_server_exits_and_logs_its_cpu(tmp_path, runtime, objects):
     log = tmp_path / 'server.log'
     tree = Tree(tmp_path, runtime, OBJBTF_RESIDENT_IDLE='2', OBJBTF_SERVER_LOG=str(log))
