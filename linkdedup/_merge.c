@@ -926,7 +926,8 @@ done:
 #define SIZE_WORD (BIT(K_INT) | STRUCTS | ENUMS | BIT(K_DATASEC) | BIT(K_FLOAT))
 #define INT_RESERVED 0xf000ff00u
 
-/* What merged() builds: the classes, and each name once by its text. */
+/* What merged() builds with: types.new_type (a BtfType), the kinds, the
+ * entries' classes; and each name once by its text. */
 struct builder {
 	PyObject *type_class, *kinds, *member, *param, *enumerator, *secinfo;
 	struct names texts;             /* family 0 */

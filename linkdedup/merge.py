@@ -38,7 +38,7 @@ from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.reader import TypeParser
 from objbtf.btf.chunk import Chunk
 from objbtf.btf.strings import StringReader
-from objbtf.btf.types import Btf, BtfType, Enumerator, Member, Param, VarSecinfo
+from objbtf.btf.types import Btf, BtfType, Enumerator, Member, Param, VarSecinfo, new_type
 
 from .concat import Blob
 from .workers import run_sharded
@@ -54,8 +54,8 @@ _MIN_SCAN_SHARE = 100_000
 #: linkdedup._merge, when the compiled build runs: the passes over every
 #: hash, in C, in one process (the -j workers' scan is for Python's).
 _C: Final = c_extension('linkdedup._merge')
-#: The classes the C builds the types of.
-_CLASSES: Final = (BtfType, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param,
+#: What the C builds the types with (``new_type``: a BtfType), their kinds and entries.
+_CLASSES: Final = (new_type, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param,
                    Enumerator, VarSecinfo)
 
 

@@ -78,9 +78,10 @@ static inline PyObject *new_entry(PyObject *cls, int n, PyObject **items)
 	return t;
 }
 
-/* A BtfType (``cls``) from BtfType.__init__'s 13 fields, each a new
- * reference (NULL among them: an error set); the references are taken
- * either way. */
+/* A BtfType from BtfType.__init__'s 13 fields, each a new reference (NULL
+ * among them: an error set), made by ``cls``: types.new_type, whose compiled
+ * call takes them as a vector (the class's call would pack and parse them);
+ * the references are taken either way. */
 static inline PyObject *new_type(PyObject *cls, PyObject **fields)
 {
 	PyObject *t = NULL;

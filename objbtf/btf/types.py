@@ -235,6 +235,17 @@ _LINUX_KINDS: Final = frozenset(i.kind for i in KINDS)
 VOID: Final = BtfType(Kind.UNKN)
 
 
+def new_type(kind: Kind, name: str, size: int, type: int, kflag: int, encoding: int,
+             bit_offset: int, bits: int, index_type: int, nelems: int, linkage: int,
+             component_idx: int, items: tuple) -> BtfType:
+    """``BtfType(...)`` for the C loaders (``_btf.h``'s ``new_type``).
+    Compiled, this function takes its arguments as a vector and makes the
+    type natively; calling the class from C packs them in a tuple and
+    parses it as keywords, which cost more than making the type."""
+    return BtfType(kind, name, size, type, kflag, encoding, bit_offset, bits, index_type,
+                   nelems, linkage, component_idx, items)
+
+
 #: What a type's header says: kind, name, size or type (an ARRAY's element
 #: type), vlen, and what tells apart more types of those: an ARRAY's element
 #: count, a FUNC_PROTO's parameter types (else 0).  Enough to index a base

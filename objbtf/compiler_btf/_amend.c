@@ -907,8 +907,9 @@ static PyObject *init(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
 	{"init", init, METH_VARARGS,
-	 "init(BtfType, the Kind of each number, Member, Param, Enumerator, base_type, "
-	 "enum_type, declared_enum): the classes loader.py makes, rules.py's functions."},
+	 "init(new_type, the Kind of each number, Member, Param, Enumerator, base_type, "
+	 "enum_type, declared_enum): what loader.py makes (types.new_type makes a BtfType), "
+	 "rules.py's functions."},
 	{"load", load, METH_VARARGS,
 	 "load(blob, symbols, function keys, function sort keys, features, var, decl_tag, "
 	 "type_tag, pointer size) -> (types, index type, new ids of the placed VARs, chosen "

@@ -39,7 +39,7 @@ from ..btf.kinds import (
     ENUM64 as _ENUM64, FLOAT as _FLOAT, FUNC as _FUNC, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD,
     INT as _INT, PTR as _PTR, TYPE_TAG as _TYPE_TAG, VAR as _VAR,
 )
-from ..btf.types import VOID, Btf, BtfType, Enumerator, Member, Param, gc_paused
+from ..btf.types import VOID, Btf, BtfType, Enumerator, Member, Param, gc_paused, new_type
 from ..btf.reader import parse_btf
 from ..elf.consts import SHN_LORESERVE, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_NOTYPE, STT_OBJECT
 from ..elf.reader import ElfFile, Symbol
@@ -495,7 +495,7 @@ def _c_loader() -> Any:
     amend = c_extension('objbtf.compiler_btf._amend')
     if amend is None:
         return None
-    amend.init(BtfType, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
+    amend.init(new_type, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
                base_type, enum_type, declared_enum)
     return amend
 

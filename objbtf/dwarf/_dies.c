@@ -84,6 +84,7 @@ struct section {
 static uint8_t type_tags[BITMAP_BITS / 8], child_tags[BITMAP_BITS / 8], top_tags[BITMAP_BITS / 8];
 static uint8_t item_parents[BITMAP_BITS / 8];
 static uint8_t wanted_attrs[BITMAP_BITS / 8];
+/* die_type: reader.new_die, whose compiled call takes its arguments as a vector. */
 static PyObject *die_type, *unit_type, *expr_type;
 static uint64_t annotation_tag;
 
@@ -1132,8 +1133,9 @@ out:
 
 static PyMethodDef methods[] = {
 	{"init", init, METH_VARARGS,
-	 "init(Die, CompileUnit, Expr, type_tags, child_tags, top_tags, wanted, forms_of, "
-	 "annotation_tag, item_attrs, item_parents): what reader.py's decoder keeps and makes."},
+	 "init(new_die, CompileUnit, Expr, type_tags, child_tags, top_tags, wanted, forms_of, "
+	 "annotation_tag, item_attrs, item_parents): what reader.py's decoder keeps and makes "
+	 "(new_die makes a Die)."},
 	{"read_units", read_units, METH_VARARGS,
 	 "read_units(info, abbrev, str, line_str, str_offsets, loclists, big_endian): the "
 	 "units reader.read_units gives, or None where reader.py must decide."},

@@ -891,8 +891,9 @@ static PyObject *init(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
 	{"init", init, METH_VARARGS,
-	 "init(BtfType, the Kind of each number, Member, Param, Enumerator, Expr, base_type, "
-	 "enum_type, declared_enum): the classes loader.py makes, rules.py's functions."},
+	 "init(new_type, the Kind of each number, Member, Param, Enumerator, Expr, base_type, "
+	 "enum_type, declared_enum): what loader.py makes (types.new_type makes a BtfType), "
+	 "rules.py's functions."},
 	{"load_types", load_types, METH_VARARGS,
 	 "load_types(dies, by_offset, next_id, address_size, big_endian, type_tags, features): "
 	 "the ids of a unit's type DIEs, its types and its index type as CuLoader.load_types "

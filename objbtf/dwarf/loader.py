@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple
 
 from .. import c_extension
 from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
-from ..btf.types import Btf, BtfType, Enumerator, Member, Param
+from ..btf.types import Btf, BtfType, Enumerator, Member, Param, new_type
 from ..errors import ObjbtfError
 from ..features import Features
 from ..rules import base_type, declared_enum, enum_type
@@ -383,7 +383,7 @@ def _c_loader() -> Any:
     loader = c_extension('objbtf.dwarf._loader')
     if loader is None:
         return None
-    loader.init(BtfType, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
+    loader.init(new_type, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
                 Expr, base_type, enum_type, declared_enum)
     return loader
 

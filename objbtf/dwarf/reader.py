@@ -164,6 +164,13 @@ class Die:
         self.top = top
 
 
+def new_die(offset: int, tag: int, attrs: dict, top: bool = False,
+            children: Sequence[Die] = (), items: Sequence[tuple] = ()) -> Die:
+    """``Die(...)`` for the C decoder: compiled, a call that takes its
+    arguments as a vector (``types.new_type`` says why)."""
+    return Die(offset, tag, attrs, top, children, items)
+
+
 class CompileUnit:
     """One unit: its root DIE, every kept DIE in order, and a map by offset.
 
@@ -700,7 +707,7 @@ def _c_decoder() -> Any:
     _dies = c_extension('objbtf.dwarf._dies')
     if _dies is None:
         return None
-    _dies.init(Die, CompileUnit, Expr, TYPE_TAGS, CHILD_TAGS, TOP_TAGS, WANTED, _FORMS_OF,
+    _dies.init(new_die, CompileUnit, Expr, TYPE_TAGS, CHILD_TAGS, TOP_TAGS, WANTED, _FORMS_OF,
                C.TAG_LLVM_annotation, ITEM_ATTRS, ITEM_PARENTS)
     return _dies
 
