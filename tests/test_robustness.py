@@ -250,8 +250,8 @@ def test_kill_9_never_corrupts_and_leaves_no_litter(tmp_path):
 
 def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     """A temporary file whose writer is gone (a killed run on a file system
-    without O_TMPFILE) is removed by the next write in that directory; one
-    whose writer still runs is left alone."""
+    without O_TMPFILE) is removed by the next process's first write in that
+    directory; one whose writer still runs is left alone."""
     obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'k.o')
     dead = subprocess.Popen(['true'])
     dead.wait()
@@ -261,6 +261,29 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     live.write_bytes(b'in progress')
     objbtf('encode', obj)
     assert litter(tmp_path) == [live.name]
+
+
+def test_a_process_rids_a_directory_of_stale_temporaries_once(tmp_path):
+    """A resident worker writes many objects into one directory: it looks
+    for dead writers' temporaries at its first write there only, and what a
+    writer killed after that leaves is removed by the next process."""
+    code = """if True:
+        import subprocess, sys
+        from pathlib import Path
+        from objbtf.elf.writer import write_atomically
+        out = Path(sys.argv[1])
+        write_atomically(str(out / 'a'), [b'a'])
+        dead = subprocess.Popen(['true'])
+        dead.wait()
+        (out / f'.objbtf-b.{dead.pid}.0.tmp').write_bytes(b'partial')
+        write_atomically(str(out / 'b'), [b'b'])
+    """
+    env = {**os.environ, 'PYTHONPATH': str(ROOT)}
+    subprocess.run([sys.executable, '-c', code, tmp_path], check=True, env=env, timeout=60)
+    [stale] = [name for name in litter(tmp_path) if name.startswith('.objbtf-b.')]
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'k.o')
+    objbtf('encode', obj)
+    assert litter(tmp_path) == []
 
 
 def test_encode_writes_through_no_named_temporary(tmp_path):
