@@ -21,7 +21,9 @@ from libbpf_oracle import (LIBBPF, assert_same_btf, diff_btf, isomorphism_proble
                            libbpf_dedup)
 from objbtf.btf import (Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinfo,
                         encode_btf, parse_btf)
-from objbtf.btf.dedup import _Candidates, _Dedup, _growth_points, dedup
+from objbtf.btf.dedup import HeadsBase, _Candidates, _Dedup, _growth_points, dedup
+from objbtf.btf.errors import BtfError
+from objbtf.btf.types import VOID
 from objbtf.btf.kinds import KINDS, KindRegistry
 from pahole_compare import pahole_btf
 
@@ -487,6 +489,43 @@ def test_base_groups_agree_with_keys(tmp_path, legacy):
     units = pahole_units(tmp_path, UNITS)
     kinds = grouped_kinds(parse_btf(encode_btf(concat(units))), legacy)
     assert len(kinds) >= 14, kinds
+
+
+class _OneKindsList:
+    """``HeadsBase`` that gives one list of kinds every time, as a base index does."""
+
+    def __init__(self, base: Btf):
+        self.heads = HeadsBase(base)
+        self.list = self.heads.kinds()
+
+    def kinds(self) -> list[Kind]:
+        return self.list
+
+    def groups(self):
+        return self.heads.groups()
+
+    def composite(self, name: str) -> int | None:
+        return self.heads.composite(name)
+
+
+def test_split_dedup_refuses_a_base_type_of_kind_0_every_time():
+    """libbpf cannot hash a base type of kind 0 (but void) and refuses the
+    dedup; a process that dedups many modules on one base checks a base's
+    kinds once it found them good, never lets a bad one through, and gives
+    the same split BTF each time on a good one."""
+    good = Btf(types=[VOID, BtfType(Kind.INT, 'int', size=4, encoding=1, bits=32)])
+    bad = Btf(types=[*good.types, BtfType(Kind.UNKN)])
+    bad_base = _OneKindsList(bad)
+    for _ in range(2):
+        with pytest.raises(BtfError, match='cannot deduplicate a type of kind UNKN'):
+            dedup(Btf(types=[BtfType(Kind.PTR, type=1)], base=bad), split_base=bad_base)
+    good = parse_btf(encode_btf(good))      # a split table's strings follow its base's
+    good_base = _OneKindsList(good)
+    outs = {encode_btf(dedup(Btf(types=[BtfType(Kind.PTR, type=1), BtfType(Kind.PTR, type=1)],
+                                 base=good), split_base=good_base))
+            for _ in range(2)}
+    assert len(outs) == 1
+    assert [t.kind for _, t in parse_btf(outs.pop(), base=good).own()] == [Kind.PTR]
 
 
 def test_table_growth_points():
