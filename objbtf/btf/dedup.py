@@ -516,20 +516,20 @@ class HeadsBase:
 
 # -- the passes -------------------------------------------------------------------
 
-#: The base kinds a split dedup last found free of kind 0, and base ids in
-#: order (``_base_ids``): a resident worker links module after module on one
-#: base index, and scanning or numbering vmlinux's 42 k ids anew took about
-#: 1.5 ms a link.
+#: The base kinds a split dedup last found free of kind 0, and ids in order
+#: (``_id_list``): a resident worker links module after module on one base
+#: index, and scanning or numbering vmlinux's 42 k ids anew, each time the
+#: map is made and compacted, took a few milliseconds a link.
 _checked_base_kinds: list[Kind] | None = None
-_identity_ids: list[int] = []
+_kept_ids: list[int] = []
 
 
-def _base_ids(n: int) -> list[int]:
+def _id_list(n: int) -> list[int]:
     """``list(range(n))``, copied from a list kept for the next call."""
-    global _identity_ids
-    if len(_identity_ids) < n:
-        _identity_ids = list(range(n))
-    return _identity_ids[:n]
+    global _kept_ids
+    if len(_kept_ids) < n:
+        _kept_ids = list(range(n))
+    return _kept_ids[:n]
 
 
 class _Dedup:
@@ -563,7 +563,7 @@ class _Dedup:
         n = len(self.types)
         own_ids = enumerate(own if btf.base is not None else own[1:], start)
         never = c.never_deduped
-        self.map = _base_ids(start) + [i if t.kind in never else _UNPROCESSED
+        self.map = _id_list(start) + [i if t.kind in never else _UNPROCESSED
                                        for i, t in own_ids]
         self.hypot: dict[int, int] = {}
         self.adjust_canon = False
@@ -986,17 +986,18 @@ def _compact(btf: Btf, types: list[BtfType | None], m: list[int], one_ref: froze
     themselves)."""
     start = btf.start_id
     n = len(m)
-    new_id = list(range(start)) + [-1] * (n - start)
+    ids = _id_list(n)
+    new_id = ids[:start] + [-1] * (n - start)
     kept = [i for i in range(start, n) if m[i] == i]
     for k, i in enumerate(kept, start):
         new_id[i] = k
     final = new_id[:]
-    # Base ids map to themselves, but for enum forwards a split enum took over.
-    moved = compress(range(n), map(ne, m, range(n)))
-    for i in moved:
+    # Base ids map to themselves, but for enum forwards a split enum took
+    # over.  Only a moved id can end without a canonical copy.
+    for i in compress(ids, map(ne, m, ids)):
         final[i] = new_id[_resolve(m, i)]
-    if -1 in final:
-        raise BtfError('a type resolves to a type that has no canonical copy')
+        if final[i] < 0:
+            raise BtfError('a type resolves to a type that has no canonical copy')
     remap = final.__getitem__
     params: dict[Param, Param] = {}     # the kernel's prototypes share many
     out = [VOID]
