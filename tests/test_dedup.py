@@ -23,8 +23,8 @@ from objbtf.btf import (Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinf
                         encode_btf, parse_btf)
 from objbtf.btf.dedup import HeadsBase, _Candidates, _Dedup, _growth_points, dedup
 from objbtf.btf.errors import BtfError
-from objbtf.btf.types import VOID
 from objbtf.btf.kinds import KINDS, KindRegistry
+from objbtf.btf.types import VOID
 from pahole_compare import pahole_btf
 
 HERE = FIXTURES / 'dedup'
