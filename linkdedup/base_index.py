@@ -36,6 +36,7 @@ stale, under a lock (``FILE.lock``), so that of the module links that
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import mmap
 import os
@@ -95,22 +96,17 @@ def group_digest(coarse: object) -> int:
     return digest(repr(coarse).encode())
 
 
-#: ``_code_digest()`` once made: the code a process runs does not change
-#: under it, and reading the sources again cost each module link 1 ms.
-_code: bytes | None = None
-
-
+@functools.cache
 def _code_digest() -> bytes:
     """The code an index's contents depend on: grouping (dedup), hashing
-    (and its C twin, whose hashes the compiled build takes), this."""
-    global _code
-    if _code is None:
-        h = blake2b(digest_size=16)
-        for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
-            h.update(module_code(module.__name__))
-        h.update(module_code('objbtf.btf._blob', '.c'))
-        _code = h.digest()
-    return _code
+    (and its C twin, whose hashes the compiled build takes), this.  Made
+    once a process: its code does not change under it, and reading the
+    sources again cost each module link 1 ms."""
+    h = blake2b(digest_size=16)
+    for module in (_dedup_module, _hashing_module, sys.modules[__name__]):
+        h.update(module_code(module.__name__))
+    h.update(module_code('objbtf.btf._blob', '.c'))
+    return h.digest()
 
 
 def module_code(name: str, suffix: str = '.py') -> bytes:
