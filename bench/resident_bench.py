@@ -20,13 +20,17 @@ from OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
 paid once per tree and build) is measured on its own and shown apart.
 The module links run twice through the server: once in a fresh server,
 where the worker's first link reads vmlinux's indexed BTF, and once more
-in one server that links the modules twice, the second time on the base
-the worker kept (``linkdedup.pipeline._last_base``), as most of a build's
-module links run: the second figure is that phase's CPU less the first's.
-The module links' peer, in each round too: what Makefile.modfinal runs in
-the stock build, ``pahole -J`` with scripts/pahole-flags.sh's flags
-``--btf_base vmlinux`` on the stock module (``--btf_encode_detached``, so
-that the module stays as it is).
+in one server that links the modules once and then --passes times more
+on the base the worker kept (``linkdedup.pipeline._last_base``), as most
+of a build's module links run: the second figure is that phase's CPU less
+the first's, over the links of the passes.  The passes are what makes it
+worth reading: the subtraction puts the noise of a whole fresh phase
+(start, first link: 10 ms ticks of the server's log) on the kept links,
+and with one pass of three links it swamped them.
+The module links' peer, in each round too, as many times as a kept-base
+link: what Makefile.modfinal runs in the stock build, ``pahole -J`` with
+scripts/pahole-flags.sh's flags ``--btf_base vmlinux`` on the stock module
+(``--btf_encode_detached``, so that the module stays as it is).
 Appends the figures to bench/RESULTS.md with the command.
 """
 from __future__ import annotations
@@ -48,12 +52,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
 from kernel_tree import objects, pahole_flags  # noqa: E402
 from encode_bench import compile_command, installed_objbtf  # noqa: E402
+from accounting import (  # noqa: E402
+    become_subreaper, cpu_mark, others_share, others_since, settle_servers,
+)
 from install import quick_client  # noqa: E402
 from results import record  # noqa: E402
+from trust import doubts, paired_ratio  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
 MODULES = ('drivers/net/veth', 'drivers/net/tun', 'drivers/net/dummy')
-LOG_LINE = re.compile(r'objbtf-server pid=\d+ requests=(\d+) user=([\d.]+) sys=([\d.]+)')
 
 
 def child_cpu() -> float:
@@ -79,10 +86,12 @@ def scratch_tree(build: Path, dest: Path, objs: list[str]) -> None:
         subprocess.run(shlex.split(ld), cwd=dest, check=True)
 
 
-def run_phase(cmd: list[str], stop: list[str], env: dict, tree: Path,
-              jobs: list[list[str]]) -> tuple[float, float]:
-    """(clients' CPU, server's CPU) of running ``jobs`` one after the other,
-    then ``stop`` (objbtf server stop)."""
+def run_phase(cmd: list[str], objbtf: list[str], env: dict, tree: Path,
+              jobs: list[list[str]]) -> tuple[float, float, list[str]]:
+    """(clients' CPU, server's CPU, what went wrong with the server) of
+    running ``jobs`` one after the other; then the tree's server is stopped
+    and reaped (``accounting.settle_servers``), its CPU checked against
+    its log line."""
     log = tree / 'server.log'
     log.unlink(missing_ok=True)
     env = {**env, 'OBJBTF_SERVER_LOG': str(log)}
@@ -91,11 +100,8 @@ def run_phase(cmd: list[str], stop: list[str], env: dict, tree: Path,
         subprocess.run(cmd + args, cwd=tree, env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     clients = child_cpu() - before
-    subprocess.run(stop, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
-    if not log.exists():
-        return clients, 0.0
-    m = LOG_LINE.search(log.read_text())
-    return clients, float(m[2]) + float(m[3])
+    servers = settle_servers(objbtf, tree, env, log)
+    return clients, servers.cpu, servers.problems
 
 
 def main() -> int:
@@ -103,6 +109,9 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--every', type=int, default=10, help='every Nth kernel object (default 10)')
     ap.add_argument('--rounds', type=int, default=2, help='rounds of turns (default 2)')
+    ap.add_argument('--passes', type=int, default=5,
+                    help='passes over the modules on the kept base, and of pahole, per round '
+                         '(default 5)')
     ap.add_argument('--build', type=Path, default=KERNEL, help='kernel O= tree')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
@@ -118,9 +127,10 @@ def main() -> int:
               '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
     figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': [], 'kept': []}
                                                   for w in ways}
-    stop = [installed, 'server', 'stop']
+    problems: list[str] = []
     flags = pahole_flags(args.build)
     pahole: list[float] = []
+    become_subreaper()              # the servers' CPU is reaped, and counted as ours
     started = time.time()
     with tempfile.TemporaryDirectory() as d:
         pristine = Path(d) / 'pristine'
@@ -136,33 +146,36 @@ def main() -> int:
                 subprocess.run(cmd, cwd=args.build, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
                 compile_cpu += child_cpu() - before
+        mark, rounds_started = cpu_mark(), time.time()
         for _ in range(args.rounds):
             for way, (cmd, way_env) in ways.items():
                 tree = Path(d) / 'tree'
                 shutil.rmtree(tree, ignore_errors=True)
                 shutil.copytree(pristine, tree)
-                c, s = run_phase(cmd, stop, way_env, tree,
-                                 [['encode', '-q', rel] for rel in objs])
-                figures[way]['encode'].append((c + s) / len(objs))
-                _, start = run_phase(cmd, stop, way_env, tree, [['cc', '--', 'true']])
-                c, s = run_phase(cmd, stop, way_env, tree, links)
-                once = c + s - start
+                phases = [run_phase(cmd, [installed], way_env, tree, jobs) for jobs in (
+                    [['encode', '-q', rel] for rel in objs], [['cc', '--', 'true']],
+                    links, links * (1 + args.passes))]
+                problems += [found for _, _, some in phases for found in some]
+                (c_enc, s_enc, _), (_, start, _), (c_once, s_once, _), (c_kept, s_kept, _) = phases
+                once = c_once + s_once - start      # start: the server's CPU for `cc -- true`
+                passes = c_kept + s_kept
+                figures[way]['encode'].append((c_enc + s_enc) / len(objs))
                 figures[way]['link'].append(once / len(links))
-                c, s = run_phase(cmd, stop, way_env, tree, links + links)
-                figures[way]['kept'].append((c + s - start - once) / len(links))
+                figures[way]['kept'].append((passes - start - once) / (len(links) * args.passes))
                 figures[way].setdefault('start', []).append(start)
             before = child_cpu()
-            for m in MODULES:
+            for m in MODULES * args.passes:
                 subprocess.run(['pahole', '-J', *flags, '--btf_base', str(args.build / 'vmlinux'),
                                 '--btf_encode_detached', str(Path(d) / 'p.btf'),
                                 str(args.build / f'{m}.ko')], check=True)
-            pahole.append((child_cpu() - before) / len(MODULES))
+            pahole.append((child_cpu() - before) / (len(MODULES) * args.passes))
+        share = others_share(others_since(mark), time.time() - rounds_started)
     lines = [f'{len(objs)} objects (every {args.every}th of {args.build}), {len(MODULES)} modules, '
-             f'{args.rounds} rounds in turns, wall {time.time() - started:.0f} s, load average '
+             f'{args.passes} passes on the kept base, {args.rounds} rounds in turns, wall {time.time() - started:.0f} s, load average '
              f'{os.getloadavg()[0]:.1f}; compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
              'CPU per call (clients + server), median of rounds; encode: the server start '
              'spread over the objects; module link: without it (the encodes started the server), '
-             'in a fresh server, then with the base kept by the worker (a second pass):']
+             'in a fresh server, then with the base kept by the worker (the passes after the first):']
     base = statistics.median(figures['in process']['encode'])
     peer = statistics.median(pahole)
     for way, f in figures.items():
@@ -175,6 +188,13 @@ def main() -> int:
                      + (f'   (server start {1000 * start:.0f} ms, once per tree)' if start else ''))
     lines.append(f'  pahole -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
                  'module (goal for the module link: at most 1.0 x)')
+    lines.append('module link / pahole, paired round by round (median, range):')
+    for way, f in figures.items():
+        ratios = {'fresh': paired_ratio(pahole, f['link']),
+                  'base kept': paired_ratio(pahole, f['kept'])}
+        lines.append(f'  {way:12} ' + '   '.join(f'{k} {r}' for k, r in ratios.items()))
+        lines += [f'  doubt: {way}, {k}: {d}' for k, r in ratios.items() for d in doubts(r, share)]
+    lines += [f'problem: {p}' for p in problems]
     report = '\n'.join(lines)
     print(report)
     if not args.no_record:
