@@ -184,7 +184,7 @@ static struct part *read_parts(PyObject *seq, Py_ssize_t *n, int records)
 			PyErr_SetString(PyExc_ValueError, "parts: hashes and offsets differ in length");
 			goto fail;
 		}
-		p->swap = big != HOST_BIG;
+		p->swap = big != PY_BIG_ENDIAN;
 	}
 	Py_DECREF(fast);
 	return parts;
@@ -929,7 +929,7 @@ done:
 /* What merged() builds with: types.new_type (a BtfType), the kinds, the
  * entries' classes; and each name once by its text. */
 struct builder {
-	PyObject *type_class, *kinds, *member, *param, *enumerator, *secinfo;
+	PyObject *new_type, *kinds, *member, *param, *enumerator, *secinfo;
 	struct names texts;             /* family 0 */
 	PyObject **text_objects;        /* by the text's id */
 	size_t made, objects_cap;
@@ -1095,7 +1095,7 @@ static PyObject *build(struct builder *b, const struct part *parts, uint32_t pos
 	for (int i = 0; i < 13; i++)
 		if (!args[i])
 			goto done;
-	t = PyObject_Vectorcall(b->type_class, args, 13, NULL);
+	t = PyObject_Vectorcall(b->new_type, args, 13, NULL);
 done:
 	for (int i = 0; i < 13; i++)
 		Py_XDECREF(args[i]);
@@ -1115,7 +1115,7 @@ static PyObject *merged(PyObject *self, PyObject *args)
 	if (!PyArg_ParseTuple(args, "OOOO!|O:merged", &seq, &order, &maps, &PyTuple_Type, &classes,
 			      &release))
 		return NULL;
-	if (!PyArg_ParseTuple(classes, "OO!OOOO:merged's classes", &b.type_class, &PyList_Type,
+	if (!PyArg_ParseTuple(classes, "OO!OOOO:merged's classes", &b.new_type, &PyList_Type,
 			      &b.kinds, &b.member, &b.param, &b.enumerator, &b.secinfo))
 		return NULL;
 	if (PyList_GET_SIZE(b.kinds) <= K_LAST) {

@@ -52,7 +52,7 @@ static inline uint32_t word(const struct blob *b, const uint8_t *p)
 {
 	uint32_t v;
 	memcpy(&v, p, 4);
-	return b->big != HOST_BIG ? __builtin_bswap32(v) : v;
+	return b->big != PY_BIG_ENDIAN ? __builtin_bswap32(v) : v;
 }
 
 static inline int kind_of(uint32_t info)
@@ -209,7 +209,7 @@ static int index_types(struct blob *b, const uint8_t *data, Py_ssize_t len)
 	if (len < 24)
 		return -1;
 	memcpy(&magic, data, 2);
-	if (b->big != HOST_BIG)
+	if (b->big != PY_BIG_ENDIAN)
 		magic = __builtin_bswap16(magic);
 	if (magic != 0xeb9f || data[2] != 1)
 		return -1;
@@ -1615,7 +1615,7 @@ static PyObject *write_types(PyObject *types, int big, int strict)
 		failed = failed || emit_type(&w, PyList_GET_ITEM(types, i));
 	}
 	if (!failed) {
-		if (big != HOST_BIG)
+		if (big != PY_BIG_ENDIAN)
 			for (Py_ssize_t i = 0; i < w.n; i++)
 				w.words[i] = __builtin_bswap32(w.words[i]);
 		const char *words = w.n ? (const char *)w.words : "";

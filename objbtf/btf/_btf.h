@@ -2,17 +2,12 @@
  * What the C code over BTF (_blob.c, _dedup.c, _loader.c, _amend.c, _merge.c)
  * shares: the kernel's kinds (numbers, the words each kind's layout adds
  * after struct btf_type as kinds.py's registry has them, sets of kinds),
- * the host's byte order, a buffer that grows, and the making of the
- * model's types (BtfType) and their entries (Member, Param, ...).
+ * a buffer that grows, and the making of the model's types (BtfType) and
+ * their entries (Member, Param, ...).  The host's byte order is Python's
+ * PY_BIG_ENDIAN.
  */
 #ifndef OBJBTF_BTF_H
 #define OBJBTF_BTF_H
-
-#if PY_BIG_ENDIAN
-#define HOST_BIG 1
-#else
-#define HOST_BIG 0
-#endif
 
 enum {
 	K_UNKN, K_INT, K_PTR, K_ARRAY, K_STRUCT, K_UNION, K_ENUM, K_FWD, K_TYPEDEF, K_VOLATILE,

@@ -1067,7 +1067,7 @@ static PyObject *compacted_blob(const struct dedup *d, const Py_buffer *strings,
 		kept++;
 	}
 	if (!failed) {
-		if (big != HOST_BIG)
+		if (big != PY_BIG_ENDIAN)
 			for (size_t i = 0; i < c.n; i++)
 				c.words[i] = __builtin_bswap32(c.words[i]);
 		out = Py_BuildValue("(y#y#OO)", c.n ? (const char *)c.words : "",

@@ -70,7 +70,7 @@ static uint32_t rd32(const uint8_t *p, int big)
 	uint32_t v;
 
 	memcpy(&v, p, 4);
-	return big != HOST_BIG ? __builtin_bswap32(v) : v;
+	return big != PY_BIG_ENDIAN ? __builtin_bswap32(v) : v;
 }
 
 /* ---- the blob ------------------------------------------------------------ */

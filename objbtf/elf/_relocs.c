@@ -36,19 +36,13 @@ struct entry {
 	int64_t addend;		/* RELA's, 0 for REL */
 };
 
-#if PY_BIG_ENDIAN
-#define HOST_BIG 1
-#else
-#define HOST_BIG 0
-#endif
-
 /* The ``width``-byte (2, 4 or 8) unsigned value at ``p``. */
 static uint64_t load(const unsigned char *p, int width, int big)
 {
 	uint16_t h;
 	uint32_t w;
 	uint64_t d;
-	int swap = big != HOST_BIG;
+	int swap = big != PY_BIG_ENDIAN;
 
 	switch (width) {
 	case 2:
@@ -65,7 +59,7 @@ static uint64_t load(const unsigned char *p, int width, int big)
 
 static void store(unsigned char *p, int width, int big, uint64_t v)
 {
-	int swap = big != HOST_BIG;
+	int swap = big != PY_BIG_ENDIAN;
 	uint16_t h = (uint16_t)v;
 	uint32_t w = (uint32_t)v;
 
