@@ -15,8 +15,9 @@ reference modules (`objbtf link --objects M.mod --base vmlinux --base-index
 was; the index made once before the rounds, as the first of a build's many
 module links makes it).  The CPU counted
 is the clients' (children of this script) plus the server's: a fresh server
-per phase, stopped at the phase's end, its CPU (with its children's) read
-from OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
+per phase, stopped at the phase's end and reaped by this script (a
+subreaper, bench/accounting.py), its CPU (with its workers') checked against
+the line it writes to OBJBTF_SERVER_LOG.  A server's start (interpreter and warm imports,
 paid once per tree and build) is measured on its own and shown apart.
 The module links run twice through the server: once in a fresh server,
 where the worker's first link reads vmlinux's indexed BTF, and once more
@@ -24,9 +25,9 @@ in one server that links the modules once and then --passes times more
 on the base the worker kept (``linkdedup.pipeline._last_base``), as most
 of a build's module links run: the second figure is that phase's CPU less
 the first's, over the links of the passes.  The passes are what makes it
-worth reading: the subtraction puts the noise of a whole fresh phase
-(start, first link: 10 ms ticks of the server's log) on the kept links,
-and with one pass of three links it swamped them.
+worth reading: the subtraction puts the noise of a whole fresh phase (the
+server's start, the first links) on the kept links, and with one pass of
+three links it swamped them.
 The module links' peer, in each round too, as many times as a kept-base
 link: what Makefile.modfinal runs in the stock build, ``pahole -J`` with
 scripts/pahole-flags.sh's flags ``--btf_base vmlinux`` on the stock module
@@ -171,8 +172,9 @@ def main() -> int:
             pahole.append((child_cpu() - before) / (len(MODULES) * args.passes))
         share = others_share(others_since(mark), time.time() - rounds_started)
     lines = [f'{len(objs)} objects (every {args.every}th of {args.build}), {len(MODULES)} modules, '
-             f'{args.passes} passes on the kept base, {args.rounds} rounds in turns, wall {time.time() - started:.0f} s, load average '
-             f'{os.getloadavg()[0]:.1f}; compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
+             f'{args.passes} passes on the kept base, {args.rounds} rounds in turns, '
+             f'wall {time.time() - started:.0f} s, load average {os.getloadavg()[0]:.1f}; '
+             f'compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
              'CPU per call (clients + server), median of rounds; encode: the server start '
              'spread over the objects; module link: without it (the encodes started the server), '
              'in a fresh server, then with the base kept by the worker (the passes after the first):']
