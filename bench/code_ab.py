@@ -249,7 +249,8 @@ def main() -> int:
              f'{"":22} {"base":>8} {"this":>8}  this / base',]
     found = []
     for name in cpu['this']:
-        ratio = paired_ratio(cpu['base'][name], cpu['this'][name])
+        ratio = paired_ratio(cpu['base'][name], cpu['this'][name],
+                             [r % 2 for r in range(len(cpu['base'][name]))])
         lines.append(f'{name:22} {statistics.median(cpu["base"][name]):7.2f}s '
                      f'{statistics.median(cpu["this"][name]):7.2f}s  {ratio}')
         found += [f'{name}: {d}' for d in doubts(ratio, share)]

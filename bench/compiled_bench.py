@@ -116,7 +116,7 @@ def main() -> int:
                 check[variant].append(float(checking))
         counts = ({v: instructions(site, v, objs, work) for v in VARIANTS}
                   if args.instructions else {})
-    ratio = paired_ratio(cpu['pure'], cpu['compiled'])
+    ratio = paired_ratio(cpu['pure'], cpu['compiled'], [i % 2 for i in range(len(cpu['pure']))])
     lines = [f'{len(objs)} objects (every {args.every} of {args.build}), {args.rounds} turns, '
              f'load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end']
     for v in VARIANTS:

@@ -359,7 +359,8 @@ def report(described: dict, builds: list[Build]) -> str:
                 paired = [(b, o) for b in base for o in runs if o.turn == b.turn]
                 if name != names[0] and paired:
                     ratios = {key: paired_ratio([getattr(b, key) for b, _ in paired],
-                                                [getattr(o, key) for _, o in paired])
+                                                [getattr(o, key) for _, o in paired],
+                                                [b.turn % 2 for b, _ in paired])
                               for key in ('wall', 'cpu', 'tree_mb')}
                     line += (f'  {str(ratios["wall"]):>16} {str(ratios["cpu"]):>16} '
                              f'{ratios["tree_mb"].median:5.2f}')

@@ -2,8 +2,8 @@
 
 Variants run in turns (A B, then B A, ...); each turn gives one ratio
 B/A of runs made minutes apart, so slow drifts of the machine's speed
-cancel.  The result is the median of those ratios; it is not to be
-trusted when:
+cancel.  The result is the median of those ratios, both orders weighing
+alike (``paired_ratio``); it is not to be trusted when:
 
 - there is a single turn: no spread to judge the difference by;
 - there are two turns: in turns (A B, then B A) the second variant's two
@@ -21,6 +21,7 @@ trusted when:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Share of the machine's CPU time that others may use before a run is
@@ -41,12 +42,30 @@ class Ratio:
         return f'{self.median:.2f} ({self.low:.2f}-{self.high:.2f})'
 
 
-def paired_ratio(base: list[float], other: list[float]) -> Ratio:
-    """Median and range of other[i] / base[i] over the turns."""
-    ratios = [o / b for b, o in zip(base, other, strict=True) if b > 0]
-    if not ratios:
+def paired_ratio(base: list[float], other: list[float],
+                 orders: Sequence[int] | None = None) -> Ratio:
+    """Median and range of other[i] / base[i] over the turns.
+
+    ``orders``: the order each turn ran in (0: A B, 1: B A), when they
+    alternate.  The median is then taken among the turns of each order and
+    the two averaged, so that both orders weigh alike.  With an odd number
+    of turns the plain median follows the order that ran once more, and a
+    drift of the machine within a turn reads as a difference: in the
+    kbuild run of 2026-11-29 08:36 (RESULTS.md) the DWARF-less build's
+    turns gave 0.77, 0.96 and 0.76, a plain median of 0.77 where its two
+    orders give 0.765 and 0.96."""
+    turns = [(o / b, order) for b, o, order in
+             zip(base, other, orders if orders is not None else [0] * len(base), strict=True)
+             if b > 0]
+    if not turns:
         raise ValueError('no turn with a non-zero baseline')
-    return Ratio(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+    ratios = [r for r, _ in turns]
+    by_order = [[r for r, order in turns if order == k] for k in (0, 1)]
+    if all(by_order):
+        middle = sum(statistics.median(rs) for rs in by_order) / 2
+    else:
+        middle = statistics.median(ratios)
+    return Ratio(middle, min(ratios), max(ratios), len(ratios))
 
 
 def doubts(ratio: Ratio, others_share: float) -> list[str]:

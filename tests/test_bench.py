@@ -116,6 +116,22 @@ def test_trust_rules():
     assert any('other processes' in d for d in doubts(steady, OTHERS_LIMIT + 0.01))
 
 
+def test_alternating_turns_weigh_both_orders_alike():
+    # The DWARF-less build's CPU in the kbuild run of 2026-11-29 08:36:
+    # stock 719.4, 626.3, 679.9 s; gbtf 554.9, 602.9, 518.4 s; orders A B, B A, A B.
+    stock, gbtf = [719.358, 626.292, 679.87], [554.946, 602.892, 518.441]
+    plain = paired_ratio(stock, gbtf)
+    balanced = paired_ratio(stock, gbtf, [0, 1, 0])
+    first_order = (554.946 / 719.358 + 518.441 / 679.87) / 2
+    assert plain.median == pytest.approx(554.946 / 719.358)
+    assert balanced.median == pytest.approx((first_order + 602.892 / 626.292) / 2)
+    assert (balanced.low, balanced.high) == (plain.low, plain.high)
+    assert any('disagree' in d for d in doubts(balanced, 0.0))
+    assert doubts(plain, 0.0) == []         # what the plain median let through
+    one_order = paired_ratio([100, 100, 100], [80, 90, 85], [0, 0, 0])
+    assert one_order.median == pytest.approx(0.85)
+
+
 #: The quiet output of a 6.1 `make vmlinux modules` after touching kernel/fork.c.
 REBUILD = '''\
   CALL    scripts/checksyscalls.sh
