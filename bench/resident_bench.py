@@ -9,10 +9,11 @@ Three ways of running objbtf, taking turns round after round (A B C A B C):
   - quick client: what ``objbtf server command`` prints (the C client when
     it is built, else python -S on the bare client), through the server.
 Each round encodes copies of every Nth kernel object (one process per object,
-as Kbuild runs them, from the top of a scratch tree) and then links the
-reference modules (`objbtf link --objects M.mod --base vmlinux --base-index
-.btf.vmlinux.index`, as Makefile.modfinal, with -o so the module stays as it
-was; the index made once before the rounds, as the first of a build's many
+as Kbuild runs them, from the top of a scratch tree) and then links every
+Mth module of the tree's modules.order (--every-module; the reference
+kernel has three: veth, tun, dummy) (`objbtf link --objects M.mod --base
+vmlinux --base-index .btf.vmlinux.index`, as Makefile.modfinal, with -o so
+the module stays as it was; the index made once before the rounds, as the first of a build's many
 module links makes it).  The CPU counted
 is the clients' (children of this script) plus the server's: a fresh server
 per phase, stopped at the phase's end and reaped by this script (a
@@ -61,7 +62,6 @@ from results import record  # noqa: E402
 from trust import doubts, paired_ratio  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
-MODULES = ('drivers/net/veth', 'drivers/net/tun', 'drivers/net/dummy')
 
 
 def child_cpu() -> float:
@@ -69,22 +69,35 @@ def child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def scratch_tree(build: Path, dest: Path, objs: list[str]) -> None:
+def tree_modules(build: Path) -> list[str]:
+    """The tree's modules, as modules.order lists them, without .ko or .o."""
+    return [line.rsplit('.', 1)[0] for line in (build / 'modules.order').read_text().split()]
+
+
+def saved_link(build: Path, target: str) -> list[str]:
+    """The first command of the line Kbuild saved for ``target`` (its `ld`)."""
+    saved = (build / Path(target).parent / f'.{Path(target).name}.cmd').read_text()
+    return shlex.split(re.search(r'^(?:saved)?cmd_\S+ := ([^;\n]*)', saved, re.M).group(1))
+
+
+def scratch_tree(build: Path, dest: Path, objs: list[str], modules: list[str]) -> None:
     """The objects and the modules' inputs under ``dest``, at their paths;
-    the modules' objects encoded and relinked with their saved `ld -r`."""
+    the modules' objects encoded and relinked with their saved `ld -r`
+    (first the module's object from its members when it has several)."""
     for rel in [*objs, 'scripts/module.lds',
-                *(f'{m}{ext}' for m in MODULES for ext in ('.mod', '.mod.o'))]:
+                *(f'{m}{ext}' for m in modules for ext in ('.mod', '.mod.o'))]:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(build / rel, dest / rel)
-    for m in MODULES:
+    for m in modules:
         members = (build / f'{m}.mod').read_text().split()
         for rel in [*members, f'{m}.mod.o']:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(build / rel, dest / rel)
             subprocess.run([sys.executable, '-m', 'objbtf', 'encode', '-q', rel], cwd=dest,
                            check=True, env={**os.environ, 'OBJBTF_RESIDENT': '0'})
-        ko_cmd = (build / Path(m).parent / f'.{Path(m).name}.ko.cmd').read_text()
-        ld = re.search(r'^(?:saved)?cmd_\S+ := (.*?);', ko_cmd, re.M).group(1)
-        subprocess.run(shlex.split(ld), cwd=dest, check=True)
+        if members != [f'{m}.o']:
+            subprocess.run(saved_link(build, f'{m}.o'), cwd=dest, check=True)
+        subprocess.run(saved_link(build, f'{m}.ko'), cwd=dest, check=True)
 
 
 def run_phase(cmd: list[str], objbtf: list[str], env: dict, tree: Path,
@@ -113,6 +126,8 @@ def main() -> int:
     ap.add_argument('--passes', type=int, default=5,
                     help='passes over the modules on the kept base, and of pahole, per round '
                          '(default 5)')
+    ap.add_argument('--every-module', type=int, default=1, metavar='M',
+                    help="every Mth module of the tree's modules.order (default 1: all)")
     ap.add_argument('--build', type=Path, default=KERNEL, help='kernel O= tree')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
@@ -124,8 +139,10 @@ def main() -> int:
             'quick client': (quick, {**env, 'OBJBTF_RESIDENT': '1'})}
     objs = [str(p.relative_to(args.build)) for p in objects(args.build)[::args.every]
             if not p.name.endswith('.mod.o')]
+    all_modules = tree_modules(args.build)
+    modules = all_modules[::args.every_module]
     links = [['link', '-q', '--objects', f'{m}.mod', '--base', str(args.build / 'vmlinux'),
-              '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in MODULES]
+              '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in modules]
     figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': [], 'kept': []}
                                                   for w in ways}
     problems: list[str] = []
@@ -135,7 +152,7 @@ def main() -> int:
     started = time.time()
     with tempfile.TemporaryDirectory() as d:
         pristine = Path(d) / 'pristine'
-        scratch_tree(args.build, pristine, objs)
+        scratch_tree(args.build, pristine, objs, modules)
         subprocess.run([installed, *links[0]], cwd=pristine, check=True,
                        env={**env, 'OBJBTF_RESIDENT': '0'})      # makes the index
         (pristine / 'm.btf').unlink()
@@ -165,14 +182,15 @@ def main() -> int:
                 figures[way]['kept'].append((passes - start - once) / (len(links) * args.passes))
                 figures[way].setdefault('start', []).append(start)
             before = child_cpu()
-            for m in MODULES * args.passes:
+            for m in modules * args.passes:
                 subprocess.run(['pahole', '-J', *flags, '--btf_base', str(args.build / 'vmlinux'),
                                 '--btf_encode_detached', str(Path(d) / 'p.btf'),
                                 str(args.build / f'{m}.ko')], check=True)
-            pahole.append((child_cpu() - before) / (len(MODULES) * args.passes))
+            pahole.append((child_cpu() - before) / (len(modules) * args.passes))
         share = others_share(others_since(mark), time.time() - rounds_started)
-    lines = [f'{len(objs)} objects (every {args.every}th of {args.build}), {len(MODULES)} modules, '
-             f'{args.passes} passes on the kept base, {args.rounds} rounds in turns, '
+    lines = [f'{len(objs)} objects (every {args.every}th of {args.build}), {len(modules)} of its '
+             f'{len(all_modules)} modules, {args.passes} passes on the kept base, '
+             f'{args.rounds} rounds in turns, '
              f'wall {time.time() - started:.0f} s, load average {os.getloadavg()[0]:.1f}; '
              f'compile CPU of these objects {1000 * compile_cpu / len(objs):.0f} ms each',
              'CPU per call (clients + server), median of rounds; encode: the server start '
