@@ -13,8 +13,8 @@ as Kbuild runs them, from the top of a scratch tree) and then links every
 Mth module of the tree's modules.order (--every-module; the reference
 kernel has three: veth, tun, dummy) (`objbtf link --objects M.mod --base
 vmlinux --base-index .btf.vmlinux.index`, as Makefile.modfinal, with -o so
-the module stays as it was; the index made once before the rounds, as the first of a build's many
-module links makes it).  The CPU counted
+the module stays as it was; the index made once before the rounds, as the
+first of a build's many module links makes it).  The CPU counted
 is the clients' (children of this script) plus the server's: a fresh server
 per phase, stopped at the phase's end and reaped by this script (a
 subreaper, bench/accounting.py), its CPU (with its workers') checked against
