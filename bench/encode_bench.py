@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import statistics
 import shutil
@@ -39,7 +38,8 @@ from accounting import become_subreaper, server_supported, settle_servers, tree_
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
 from results import record  # noqa: E402
-KERNEL_SCRIPT = HERE.parent.parent / 'shared' / 'corpus' / 'build-kernel.sh'
+from saved_commands import first_command  # noqa: E402
+KERNEL_SCRIPT = HERE.parent / 'scripts' / 'build-kernel.sh'
 TOOLS = ('compile', 'objbtf', 'pahole')
 
 
@@ -60,14 +60,10 @@ def timed(cmd: list[str], **kw) -> float | None:
 
 def compile_command(build: Path, obj: Path, out: Path) -> list[str] | None:
     """The object's saved gcc command, writing to ``out`` instead."""
-    cmd_file = obj.parent / f'.{obj.name}.cmd'
-    if not cmd_file.exists():
+    try:
+        args = first_command(obj)
+    except FileNotFoundError:          # no saved command: not built by Kbuild
         return None
-    m = re.search(r'^(?:saved)?cmd_\S+ := (.*)$', cmd_file.read_text(), re.M)
-    if not m:
-        return None
-    gcc = m.group(1).split(';')[0].strip()
-    args = shlex.split(gcc)
     if not args or not args[0].endswith('gcc') or '-c' not in args:
         return None
     rel = str(obj.relative_to(build))

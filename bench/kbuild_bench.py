@@ -22,8 +22,8 @@ variable the patched Kbuild never mentions is refused (e.g. OBJBTF_GBTF
 before the DWARF-less switch exists).  Each variant's make arguments also
 go to its ``configure`` (Kconfig may read them).
 
-Configurations: ``reference`` (shared/corpus/kernel-btf.config, as
-build-kernel.sh) and ``modules`` (plus kernel-modules.config: about 120 more
+Configurations: ``reference`` (kbuild-integration/configs/reference.config,
+as build-kernel.sh) and ``modules`` (plus modules.config: about 120 more
 small modules), the default two; ``kallsyms`` (the reference plus
 bench/kallsyms.config), only when asked for.  Steps, each ``make -jN
 VARIANT vmlinux modules``:
@@ -81,11 +81,11 @@ from projection import PHASES, Phase, build_wall
 from trust import OTHERS_LIMIT, doubts, paired_ratio
 
 HERE = Path(__file__).resolve().parent
-CORPUS = HERE.parent.parent / 'shared' / 'corpus'
+CONFIG_DIR = HERE.parent / 'kbuild-integration' / 'configs'
 SOURCES = ('6.1', '6.12')
-CONFIGS = {'reference': (CORPUS / 'kernel-btf.config',),
-           'modules': (CORPUS / 'kernel-btf.config', CORPUS / 'kernel-modules.config'),
-           'kallsyms': (CORPUS / 'kernel-btf.config', HERE / 'kallsyms.config')}
+CONFIGS = {'reference': (CONFIG_DIR / 'reference.config',),
+           'modules': (CONFIG_DIR / 'reference.config', CONFIG_DIR / 'modules.config'),
+           'kallsyms': (CONFIG_DIR / 'reference.config', HERE / 'kallsyms.config')}
 DEFAULT_CONFIGS = ['reference', 'modules']
 STEPS = ('full', 'vmlinux', 'module')
 GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'

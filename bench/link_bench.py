@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import shutil
 import statistics
@@ -63,6 +62,7 @@ from accounting import PeakMemory  # noqa: E402
 from encode_bench import reference_kernel  # noqa: E402
 from kernel_tree import VMLINUX_LINK, encoded_tree, pahole_flags  # noqa: E402
 from results import record  # noqa: E402
+from saved_commands import first_command  # noqa: E402
 
 #: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.
 SHARED_VMLINUX = '.tmp_vmlinux.shared'
@@ -119,9 +119,7 @@ def link_shared(tree: Path) -> Path:
 def recompile(tree: Path, obj: str, extra: list[str] | None = None) -> None:
     """Compile ``obj`` again with its saved command (plus ``extra`` flags),
     encode it, and relink the temporary vmlinux, as Kbuild would."""
-    cmd_file = tree / Path(obj).parent / f'.{Path(obj).name}.cmd'
-    line = re.search(r'^cmd_\S+ := (.*?)(?:;|$)', cmd_file.read_text(), re.M).group(1)
-    argv = shlex.split(line)
+    argv = first_command(tree / obj)
     argv[1:1] = extra or []
     subprocess.run(argv, cwd=tree, check=True, capture_output=True)
     subprocess.run([sys.executable, '-m', 'objbtf', 'encode', obj], cwd=tree, check=True)

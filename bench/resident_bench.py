@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
 import shlex
 import shutil
@@ -59,6 +58,7 @@ from accounting import (  # noqa: E402
 )
 from install import quick_client  # noqa: E402
 from results import record  # noqa: E402
+from saved_commands import first_command  # noqa: E402
 from trust import doubts, paired_ratio  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
@@ -76,8 +76,7 @@ def tree_modules(build: Path) -> list[str]:
 
 def saved_link(build: Path, target: str) -> list[str]:
     """The first command of the line Kbuild saved for ``target`` (its `ld`)."""
-    saved = (build / Path(target).parent / f'.{Path(target).name}.cmd').read_text()
-    return shlex.split(re.search(r'^(?:saved)?cmd_\S+ := ([^;\n]*)', saved, re.M).group(1))
+    return first_command(build / target)
 
 
 def scratch_tree(build: Path, dest: Path, objs: list[str], modules: list[str]) -> None:

@@ -9,16 +9,18 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from kernel_matrix import (BY_FIXTURE, MATRIX, REFERENCE, TIERS, Build, builds_of_tier,
+                           rotation_turn, with_needs)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / 'fixtures'
 KCONFIG = FIXTURES / 'kconfig'
 C_FIXTURES = FIXTURES / 'c'
-KERNEL_SCRIPT = ROOT.parent / 'shared' / 'corpus' / 'build-kernel.sh'
-KERNEL_DIR = Path(os.environ.get('OBJBTF_KERNEL_DIR', '/var/cache/objbtf/kernel-6.1'))
 #: The benchmarks' helpers the tests share (encode_bench.compile_command
 #: reruns an object's saved Kbuild command line), importable by name.
 BENCH = ROOT / 'bench'
@@ -38,7 +40,7 @@ TOOLS = {'gcc': 'gcc', 'clang': 'clang', 'pahole': 'dwarves', 'pfunct': 'dwarves
          'aarch64-linux-gnu-objcopy': 'binutils-aarch64-linux-gnu',
          's390x-linux-gnu-gcc': 'gcc-s390x-linux-gnu',
          's390x-linux-gnu-ld': 'binutils-s390x-linux-gnu',
-         'ld.lld': 'lld', 'llvm-objcopy': 'llvm'}
+         'ld.lld': 'lld', 'llvm-objcopy': 'llvm', 'llvm-nm': 'llvm', 'llvm-ar': 'llvm'}
 
 
 def need(tool: str) -> str:
@@ -87,14 +89,24 @@ def cache_counts(cache: Path) -> tuple[int, int]:
 
 
 @pytest.fixture(scope='session')
-def kernel_build() -> Path:
-    """The reference kernel's O= build tree, built once (about 10 minutes)."""
-    if not (KERNEL_DIR / 'READY').exists():
-        if not KERNEL_SCRIPT.exists():
-            pytest.fail(f'the reference kernel is not built and {KERNEL_SCRIPT} is missing')
-        subprocess.run(['bash', str(KERNEL_SCRIPT), str(KERNEL_DIR)], check=True,
-                       stdout=subprocess.DEVNULL)
-    return KERNEL_DIR / 'build'
+def kernel_build(kbuild_6_1) -> Path:
+    """The reference kernel's O= build tree: Linux 6.1, the reference config,
+    built through the Kbuild integration (every object keeps its DWARF, and
+    carries the BTF objbtf encoded)."""
+    return kbuild_6_1.build
+
+
+#: The default tier's share of the reference build's objects for the tests
+#: that walk every one of them: every SAMPLE-th (CI and the full matrix take all).
+SAMPLE = 4
+
+
+@pytest.fixture(scope='session')
+def kernel_sample(request) -> int:
+    """Every how many of the reference build's objects (sorted by path, the
+    same ones each run) the tests that walk them all take: every one in the
+    CI tier and the full matrix, every SAMPLE-th in the default tier."""
+    return SAMPLE if request.config.getoption('--tier') == 'default' else 1
 
 
 def is_root() -> bool:
@@ -112,169 +124,145 @@ def kernel_loader():
 
 @pytest.fixture(scope='session')
 def encoded_kernel(kernel_build, tmp_path_factory) -> Path:
-    """A copy of the reference build with every object encoded and the
-    temporary vmlinux and the modules linked again (kernel_tree.py)."""
+    """A copy of the reference build with every object encoded again and
+    the temporary vmlinux and the modules linked again (kernel_tree.py),
+    for the tests that link in place; deleted with the reference build."""
+    from kbuild_tree import scratch
     from kernel_tree import encoded_tree
-    return encoded_tree(kernel_build, tmp_path_factory.mktemp('kernel') / 'build')
+    top = scratch(REFERENCE, tmp_path_factory.mktemp('kernel'))
+    return encoded_tree(kernel_build, top / 'build')
 
 
 @pytest.fixture(scope='session')
 def pahole_vmlinux_btf(kernel_build, tmp_path_factory) -> bytes:
-    """pahole -J (single-threaded, deterministic) on the stock pre-BTF vmlinux."""
+    """pahole -J (single-threaded, deterministic) on the reference build's
+    vmlinux, which holds its objects' DWARF."""
     need('pahole')
-    d = tmp_path_factory.mktemp('pahole')
-    out = d / 'vmlinux.btf'
+    out = tmp_path_factory.mktemp('pahole') / 'vmlinux.btf'
     run('pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_encode_detached',
-        out, kernel_build / '.tmp_vmlinux.btf')
+        out, kernel_build / 'vmlinux')
     return out.read_bytes()
 
 
-@pytest.fixture(scope='session')
-def kbuild_6_1(tmp_path_factory):
-    """Linux 6.1, the Kbuild integration applied, built with OBJBTF once per
-    run (kbuild_tree.py: about 10 minutes on 2 cores)."""
-    from kbuild_tree import patched_build
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.1'), '6.1')
+# --- the kernel builds: one session fixture per row of kernel_matrix.MATRIX ---
+
+def _build_fixture(row: Build):
+    @pytest.fixture(scope='session', name=row.fixture)
+    def build(request, tmp_path_factory):
+        if row.fixture not in request.config.stash[_PLAN].builds:
+            pytest.fail(f'{request.node.nodeid} asked for the {row.fixture} build without saying '
+                        'so (a fixture of it, or a parameter naming it): kernel_matrix.py')
+        from kbuild_tree import build_row, kept_build
+        kept = request.config.getoption('--keep-builds')
+        if kept is not None:
+            return kept_build(row, kept)
+        return build_row(row, tmp_path_factory.mktemp(row.fixture))
+    return build
 
 
-@pytest.fixture(scope='session')
-def kbuild_6_1_llvm(tmp_path_factory):
-    """Linux 6.1, reference config, built with clang, ld.lld and LLVM's
-    binutils (LLVM=1) and OBJBTF, once per run."""
-    for tool in ('clang', 'ld.lld', 'llvm-objcopy'):
-        need(tool)
-    from kbuild_tree import patched_build
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-llvm'), '6.1', ['LLVM=1'])
+for _row in MATRIX:
+    globals()[_row.fixture] = _build_fixture(_row)
+
+#: Fixtures that stand for a build without being its own (the reference tests').
+_STANDS_FOR = {'kernel_build': REFERENCE, 'encoded_kernel': REFERENCE,
+               'pahole_vmlinux_btf': REFERENCE}
 
 
-@pytest.fixture(scope='session')
-def kbuild_6_12_llvm(tmp_path_factory):
-    """Linux 6.12, reference config, built with LLVM=1 and OBJBTF, once per run."""
-    for tool in ('clang', 'ld.lld', 'llvm-objcopy'):
-        need(tool)
-    from kbuild_tree import patched_build
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.12-llvm'), '6.12', ['LLVM=1'])
+def builds_needed(item: pytest.Item) -> set[str]:
+    """The builds a test needs: the build fixtures it asks for, directly or
+    through others, and those named by its parameters (a fixture
+    parametrized with build fixtures' names), with what they need."""
+    names = set(getattr(item, 'fixturenames', ()))
+    callspec = getattr(item, 'callspec', None)
+    if callspec is not None:
+        names |= {v for v in callspec.params.values() if isinstance(v, str)}
+    return with_needs({_STANDS_FOR.get(n, n) for n in names} & set(BY_FIXTURE))
 
 
-@pytest.fixture(scope='session')
-def kbuild_6_1_arm64(tmp_path_factory):
-    """Linux 6.1 for arm64, cross-compiled by Debian's aarch64 gcc with
-    OBJBTF, once per run; the small config of tests/fixtures/kconfig (a
-    third of the reference kernel's objects: it says why), with kallsyms."""
-    for tool in ('aarch64-linux-gnu-gcc', 'aarch64-linux-gnu-ld'):
-        need(tool)
-    from kbuild_tree import patched_build
-    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-arm64'), '6.1',
-                         ['ARCH=arm64', 'CROSS_COMPILE=aarch64-linux-gnu-'],
-                         fragments=[KCONFIG / 'small.config'])
-    assert 'CONFIG_KALLSYMS=y' in tree.config(), 'Kconfig did not keep CONFIG_KALLSYMS'
-    return tree
+@dataclass
+class _Plan:
+    """What this run builds, and after which test each build's trees (and
+    each version's patched source) can go."""
+    builds: set[str]
+    last_use: dict[str, str] = field(default_factory=dict)       # build -> test id
+    last_of_version: dict[str, str] = field(default_factory=dict)  # version -> test id
 
 
-@pytest.fixture(scope='session')
-def kbuild_6_1_i386(tmp_path_factory):
-    """Linux 6.1 for i386 (32-bit x86: 4-byte pointers, REL relocations,
-    percpu variables away from address 0), the small config with SMP, built
-    with OBJBTF once per run."""
-    from kbuild_tree import patched_build
-    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-i386'), '6.1',
-                         fragments=[KCONFIG / 'small.config', KCONFIG / 'i386.config'])
-    config = tree.config()
-    assert 'CONFIG_X86_32=y' in config and 'CONFIG_SMP=y' in config, 'not an i386 SMP config'
-    return tree
-
-
-@pytest.fixture(scope='session')
-def kbuild_6_1_s390x(tmp_path_factory):
-    """Linux 6.1 for s390x (big-endian), cross-compiled with OBJBTF, the
-    small config; only with --s390x (tests marked s390x: not in CI)."""
-    for tool in ('s390x-linux-gnu-gcc', 's390x-linux-gnu-ld'):
-        need(tool)
-    from kbuild_tree import patched_build
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-s390x'), '6.1',
-                         ['ARCH=s390', 'CROSS_COMPILE=s390x-linux-gnu-'],
-                         fragments=[KCONFIG / 'small.config'])
-
-
-@pytest.fixture(scope='session')
-def kbuild_6_1_lto(tmp_path_factory):
-    """Linux 6.1 with CONFIG_LTO_CLANG_THIN (LLVM=1; the small config of
-    tests/fixtures/kconfig/lto-small.config), made with OBJBTF set; only with
-    --build lto (tests marked lto: not in CI)."""
-    for tool in ('clang', 'ld.lld', 'llvm-nm', 'llvm-ar'):
-        need(tool)
-    from kbuild_tree import patched_build
-    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-lto'), '6.1', ['LLVM=1'],
-                         fragments=[KCONFIG / 'lto-small.config'])
-    assert 'CONFIG_LTO_CLANG_THIN=y' in tree.config(), 'Kconfig did not keep CONFIG_LTO_CLANG_THIN'
-    return tree
-
-
-#: Tests that build a whole extra kernel and are not part of the default
-#: run (marker -> what it builds); each runs with ``--build MARKER``.
-OPT_IN_BUILDS = {
-    's390x': 'Linux for s390x (big-endian), cross-compiled',
-    'lto': 'Linux with CONFIG_LTO_CLANG_THIN (bitcode objects: the pahole fallback)',
-}
+_PLAN = pytest.StashKey[_Plan]()
 
 
 def pytest_addoption(parser):
-    parser.addoption('--build', action='append', default=[], choices=sorted(OPT_IN_BUILDS),
-                     help='also run the tests of an extra kernel build: '
-                          + '; '.join(f'{k}: {v}' for k, v in OPT_IN_BUILDS.items())
-                          + ' (not in CI: see README)')
-    parser.addoption('--s390x', action='store_true', help='the same as --build s390x')
+    parser.addoption('--tier', choices=TIERS, default='default',
+                     help='which kernel builds to make and test (tests/kernel_matrix.py): '
+                          'default, one (Linux 6.1, gcc); ci, one per axis, clang and the '
+                          'cross architectures taking turns by commit; full, every build')
+    parser.addoption('--keep-builds', type=Path, metavar='DIR',
+                     help='make each kernel build in DIR/FIXTURE and keep it there; a later '
+                          'run with the same DIR takes a finished one as it is (for working '
+                          'on the tests; a change to objbtf or the patches needs a new DIR)')
+    parser.addoption('--build', action='append', default=[], choices=sorted(BY_FIXTURE),
+                     metavar='FIXTURE', help='also make this build of kernel_matrix.MATRIX '
+                                             'and run its tests (repeatable)')
 
 
+def pytest_configure(config):
+    wanted = builds_of_tier(config.getoption('--tier'), ROOT) | set(config.getoption('--build'))
+    config.stash[_PLAN] = _Plan(with_needs(wanted))
+
+
+def pytest_report_header(config):
+    plan = config.stash[_PLAN]
+    turn, commit = rotation_turn(ROOT)
+    lines = [f'kernel builds, tier {config.getoption("--tier")}: '
+             + (', '.join(b.fixture for b in MATRIX if b.fixture in plan.builds) or 'none')]
+    if config.getoption('--tier') == 'ci':
+        lines.append(f'rotating axis this run: {turn} (commit {commit})')
+    return lines
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Tests of an opt-in build are deselected (not skipped) unless asked for."""
-    wanted = set(config.getoption('--build'))
-    if config.getoption('--s390x'):
-        wanted.add('s390x')
-    off = set(OPT_IN_BUILDS) - wanted
-    kept = [item for item in items if not any(item.get_closest_marker(m) for m in off)]
+    """Marks each test that needs a build ``kernel``, before ``-m`` reads the
+    marks (the tier and the order come last, in the next hook)."""
+    for item in items:
+        item.stash[_NEEDS] = builds_needed(item)
+        if item.stash[_NEEDS]:
+            item.add_marker(pytest.mark.kernel)
+
+
+_NEEDS = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(trylast=True, specname='pytest_collection_modifyitems')
+def pytest_collection_modifyitems_by_tier(config, items):
+    """Deselects (does not skip) the tests needing a build outside the run's
+    tier; runs the tests of one build together, in MATRIX's order, so that
+    each build's trees can go after its last test (pytest_runtest_teardown)."""
+    plan = config.stash[_PLAN]
+    order = {b.fixture: i for i, b in enumerate(MATRIX)}
+    kept = [item for item in items if item.stash[_NEEDS] <= plan.builds]
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-        items[:] = kept
+    kept.sort(key=lambda item: max((order[n] for n in item.stash[_NEEDS]), default=-1))
+    items[:] = kept
+    for item in kept:
+        for name in item.stash[_NEEDS]:
+            plan.last_use[name] = item.nodeid
+            plan.last_of_version[BY_FIXTURE[name].version] = item.nodeid
 
 
-@pytest.fixture(scope='session')
-def kbuild_6_1_gbtf(tmp_path_factory):
-    """Linux 6.1 built as kbuild_6_1 but DWARF-less (OBJBTF_GBTF=1, patch 4),
-    once per run, through the quickest client (``objbtf server command``,
-    the C one), as the DWARF-less benchmark runs it.  OBJBTF goes to
-    configure too: Kconfig reads both."""
-    from kbuild_tree import patched_build, quick_command
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf'), '6.1',
-                         (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'))
-
-
-@pytest.fixture(scope='session')
-def kbuild_6_1_gbtf_kallsyms(tmp_path_factory):
-    """Linux 6.1 for x86_64 built DWARF-less as kbuild_6_1_gbtf is, but in
-    the small config (small.config, x86_64.config), which has kallsyms: then
-    the BTF link is the first kallsyms link, which the switch strips of the
-    objects' BTF instead of removing it.  About a third of the reference
-    kernel's objects."""
-    from kbuild_tree import patched_build, quick_command
-    tree = patched_build(tmp_path_factory.mktemp('kbuild-6.1-gbtf-kallsyms'), '6.1',
-                         (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'),
-                         fragments=[KCONFIG / 'small.config', KCONFIG / 'x86_64.config'])
-    assert 'CONFIG_KALLSYMS=y' in tree.config(), 'Kconfig did not keep CONFIG_KALLSYMS'
-    return tree
-
-
-@pytest.fixture(scope='session')
-def kbuild_6_12_gbtf(tmp_path_factory):
-    """Linux 6.12 built DWARF-less as kbuild_6_1_gbtf is (its patch 5)."""
-    from kbuild_tree import patched_build, quick_command
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.12-gbtf'), '6.12',
-                         (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1'))
-
-
-@pytest.fixture(scope='session')
-def kbuild_6_12(tmp_path_factory):
-    """Linux 6.12 (Debian's linux-source-6.12), the Kbuild integration
-    applied, built with OBJBTF once per run (kbuild_tree.py)."""
-    from kbuild_tree import patched_build
-    return patched_build(tmp_path_factory.mktemp('kbuild-6.12'), '6.12')
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of a build, its trees go; after the last of a
+    version, its patched source: a run keeps one or two trees at a time."""
+    yield
+    if item.config.getoption('--keep-builds') is not None:
+        return
+    plan = item.config.stash[_PLAN]
+    from kbuild_tree import remove_patched_source, remove_scratch
+    for name, nodeid in plan.last_use.items():
+        if nodeid == item.nodeid:
+            remove_scratch(name)
+    for version, nodeid in plan.last_of_version.items():
+        if nodeid == item.nodeid:
+            remove_patched_source(version)

@@ -2,11 +2,11 @@
 as the reference kernel and built with ``make OBJBTF=...``.
 
 Shared by every test that builds a kernel through the integration: one
-version of the source (``6.1``, ``6.12``: Debian's ``linux-source-VERSION``)
-and extra make arguments (``LLVM=1``, ``ARCH=arm64 CROSS_COMPILE=...``,
-a DWARF-less switch) make one build.  ``patched_build`` makes it; a session
-fixture of conftest.py calls it once per run and hands the result to the
-tests, which may ``make`` in it again with the same arguments.
+row of kernel_matrix.MATRIX (a version of the source, Debian's
+``linux-source-VERSION``, a toolchain, an architecture, a mode, config
+fragments) makes one build.  ``build_row`` makes it; a session fixture of
+conftest.py calls it once per run and hands the result to the tests, which
+may ``make`` in it again with the same arguments.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import KERNEL_DIR, ROOT, need, objbtf, run
+from btf_shapes import kind_counts  # noqa: F401 - the tests' one kind counter, re-exported
+from conftest import KCONFIG, ROOT, need, objbtf, run
+from kernel_matrix import Build
 
 INTEGRATION = ROOT / 'kbuild-integration'
 #: The files each version's patches change, relative to the top of the source.
@@ -50,26 +51,13 @@ def tarball(version: str) -> Path:
     return Path(f'/usr/src/linux-source-{version}.tar.xz')
 
 
-def pristine_tree(version: str) -> Path:
-    """Where build-kernel.sh leaves the unpacked source of ``version``
-    (it may not be there: the tarball is the fallback)."""
-    if version == '6.1':
-        return KERNEL_DIR / 'linux'
-    return Path(f'/var/cache/objbtf/kernel-{version}/linux')
-
-
 def kernel_source(dest: Path, version: str = '6.1', files: Sequence[str] | None = None) -> Path:
-    """Pristine Linux ``version`` source (only ``files`` if given) in ``dest``:
-    copied from the shared pristine tree, or extracted from Debian's tarball."""
-    pristine = pristine_tree(version)
+    """Pristine Linux ``version`` source (only ``files`` if given) in
+    ``dest``, from Debian's tarball (the files: from one extraction a run)."""
     if files is None:
-        if pristine.is_dir():
-            shutil.copytree(pristine, dest, symlinks=True)
-        else:
-            _extract(version, dest)
+        _extract(version, dest)
         return dest
-    if not pristine.is_dir():
-        pristine = _quick_files(version)
+    pristine = _quick_files(version)
     for f in files:
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(pristine / f, dest / f)
@@ -138,12 +126,6 @@ def make(src: Path, build: Path, *args: str, fails: bool = False) -> str:
     warnings = [line for line in r.stderr.splitlines() if 'warning' in line.lower() and 'BTF' in line]
     assert warnings == []
     return r.stderr
-
-
-def build_fixture(version: str, variant: str = '') -> str:
-    """The name of conftest's session fixture that builds ``version``
-    (``kbuild_6_12``), or its ``variant`` (``kbuild_6_12_gbtf``)."""
-    return '_'.join(['kbuild', version.replace('.', '_'), *filter(None, [variant])])
 
 
 def vmlinux_members(build: Path) -> list[Path]:
@@ -215,8 +197,10 @@ def patched_source(parent: Path, version: str) -> Path:
     version: each builds in its own O= directory and Kbuild writes nothing
     in the source (a copy per build took 1.5 GiB each)."""
     if version not in _PATCHED_SOURCES:
-        need_space(parent, SOURCE_GIB, f'a copy of Linux {version}')
-        src = kernel_source(parent / f'linux-{version}', version)
+        src = parent / f'linux-{version}'
+        if not (src / 'Makefile').exists():          # (a kept source: patched already)
+            need_space(parent, SOURCE_GIB, f'a copy of Linux {version}')
+            kernel_source(src, version)
         result = apply(src)
         assert result.returncode == 0, result.stderr
         _PATCHED_SOURCES[version] = src
@@ -256,6 +240,62 @@ def patched_build(top: Path, version: str, make_args: Sequence[str] = (),
     return tree
 
 
+def build_args(row: Build) -> tuple[str, ...]:
+    """What every make of ``row``'s build takes: a DWARF-less one runs
+    objbtf through the quickest client, as the DWARF-less bench does (and
+    Kconfig reads OBJBTF too, so configure takes them all)."""
+    if row.mode == 'gbtf':
+        return row.make_args() + (f'OBJBTF={quick_command()}', 'OBJBTF_GBTF=1')
+    return row.make_args()
+
+
+def build_row(row: Build, top: Path) -> KernelBuild:
+    """The build of kernel_matrix's ``row`` in ``top`` (deleted with
+    ``remove_scratch(row.fixture)``), its .config checked for what its
+    fragments are there for."""
+    for tool in row.tools():
+        need(tool)
+    tree = patched_build(scratch(row.fixture, top), row.version, build_args(row),
+                         fragments=[KCONFIG / f for f in row.fragments])
+    config = tree.config()
+    missing = [line for line in row.expect_config if line not in config.splitlines()]
+    assert missing == [], f'{row.describe()}: Kconfig did not keep {missing}'
+    return tree
+
+
+def kept_build(row: Build, parent: Path) -> KernelBuild:
+    """``row``'s build in ``parent``/FIXTURE, as a finished earlier run left
+    it (its make.stderr written), or made there now and kept."""
+    top = parent / row.fixture
+    if (top / 'make.stderr').exists():
+        return KernelBuild(row.version, parent / f'linux-{row.version}', top / 'build',
+                           build_args(row), (top / 'make.stderr').read_text())
+    top.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(top / 'build', ignore_errors=True)
+    return build_row(row, top)
+
+
+#: Build fixture -> the directories its tests leave once they are done.
+_SCRATCH: dict[str, list[Path]] = {}
+
+
+def scratch(build: str, path: Path) -> Path:
+    """``path``, to be deleted after the last test of ``build``."""
+    _SCRATCH.setdefault(build, []).append(path)
+    return path
+
+
+def remove_scratch(build: str) -> None:
+    for path in _SCRATCH.pop(build, []):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_patched_source(version: str) -> None:
+    """Deletes the patched copy of ``version`` (a later build makes it again)."""
+    src = _PATCHED_SOURCES.pop(version, None)
+    if src is not None:
+        shutil.rmtree(src, ignore_errors=True)
+
 # --- reading what the build made ---------------------------------------------
 
 def sections(path: Path) -> dict[str, tuple[bytes, int]]:
@@ -274,9 +314,6 @@ def blob_length(data: bytes) -> int:
     _, _, str_off, str_len = struct.unpack_from('<IIII', data, 8)
     return hdr_len + str_off + str_len
 
-
-def kind_counts(btf) -> Counter:
-    return Counter(t.kind.name for _, t in btf.own())
 
 
 def assert_valid_split_btf(vmlinux: Path, ko: Path) -> None:

@@ -1,20 +1,23 @@
 """An encoded copy of the reference kernel's build tree, linked as Kbuild links it.
 
-The stock tree (build-kernel.sh) has no per-object BTF.  This copies it,
-encodes every object, and runs the kernel's own link commands again: the
-temporary vmlinux link of scripts/link-vmlinux.sh (with --strip-debug:
-objbtf needs no DWARF at link time) and each module's saved `ld -r`.
+The reference tree is Linux 6.1 built through the Kbuild integration
+(kernel_matrix.REFERENCE): its objects keep their DWARF beside their BTF.
+This copies it, encodes every object again, and runs the kernel's own link
+commands again: the temporary vmlinux link of scripts/link-vmlinux.sh (with
+--strip-debug, as the integration links it: objbtf needs no DWARF at link
+time) and each module's saved `ld -r`.
 """
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
+
+from saved_commands import first_command
 
 TMP_VMLINUX = '.tmp_vmlinux.objbtf'
 #: What the vmlinux link takes besides vmlinux.a's members.
@@ -61,17 +64,31 @@ def encoded_tree(build: Path, dest: Path) -> Path:
     return dest
 
 
+#: The integration's script for the temporary vmlinux link, given before
+#: vmlinux.lds (which discards the objects' .BTF): it gathers them in
+#: .BTF.objects.
+OBJECTS_LDS = 'source/scripts/btf-objects.lds'
+
+
 def link_vmlinux(tree: Path, out: str, archive: str = 'vmlinux.a') -> Path:
-    subprocess.run(shlex.split(VMLINUX_LINK.format(out=out, archive=archive)), cwd=tree,
-                   check=True, capture_output=True)
+    """``out`` linked from ``archive`` as link-vmlinux.sh links vmlinux, its
+    objects' BTF concatenated and relocated in .BTF, as the stock
+    vmlinux.lds leaves it (objbtf link's default section), in a stock tree
+    (the benchmarks') and in one built through the integration."""
+    cmd = shlex.split(VMLINUX_LINK.format(out=out, archive=archive))
+    integrated = (tree / OBJECTS_LDS).exists()
+    if integrated:
+        cmd.insert(cmd.index('--script=./arch/x86/kernel/vmlinux.lds'), f'--script={OBJECTS_LDS}')
+    subprocess.run(cmd, cwd=tree, check=True, capture_output=True)
+    if integrated:
+        subprocess.run(['objcopy', '--remove-section=.BTF', '--rename-section=.BTF.objects=.BTF',
+                        out], cwd=tree, check=True, capture_output=True)
     return tree / out
 
 
 def relink_module(tree: Path, ko: Path) -> None:
     """Run the module's saved `ld -r` again, now over encoded objects."""
-    cmd_file = ko.parent / f'.{ko.name}.cmd'
-    m = re.search(r'^(?:saved)?cmd_\S+ := (.*?);', cmd_file.read_text(), re.M)
-    subprocess.run(shlex.split(m.group(1)), cwd=tree, check=True, capture_output=True)
+    subprocess.run(first_command(ko), cwd=tree, check=True, capture_output=True)
 
 
 def pahole_flags(build: Path) -> list[str]:

@@ -11,6 +11,7 @@ import os
 import tempfile
 from collections import Counter
 
+from btf_shapes import kind_counts as shape_kind_counts
 from objbtf.btf import Btf, BtfType
 
 LIBBPF = '/usr/lib/x86_64-linux-gnu/libbpf.so.1'
@@ -87,7 +88,8 @@ def libbpf_dedup(raw: bytes, base_raw: bytes | None = None) -> bytes:
 
 
 def kind_counts(btf: Btf) -> dict[str, int]:
-    return dict(sorted(Counter(t.kind.name for _, t in btf.own()).items()))
+    """btf_shapes.kind_counts, sorted by kind for the messages."""
+    return dict(sorted(shape_kind_counts(btf).items()))
 
 
 def describe(btf: Btf, type_id: int) -> str:

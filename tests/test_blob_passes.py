@@ -122,13 +122,14 @@ def test_c_passes_on_compiled_objects(c_passes, tmp_path, variant, source):
     assert assert_object_passes(c_passes, out)
 
 
-def test_c_passes_on_every_kernel_object(c_passes, kernel_build):
-    """Every object of the reference kernel with DWARF (gcc, DWARF 5)."""
+def test_c_passes_on_every_kernel_object(c_passes, kernel_build, kernel_sample):
+    """Every object of the reference kernel with DWARF (gcc, DWARF 5; in the
+    default tier, a sample: conftest.kernel_sample)."""
     objects = 0
     with gc_paused():
-        for path in sorted(kernel_build.rglob('*.o')):
+        for path in sorted(kernel_build.rglob('*.o'))[::kernel_sample]:
             objects += assert_object_passes(c_passes, path)
-    assert objects > 800
+    assert objects > 800 // kernel_sample
 
 
 def table(*types: BtfType, byteorder: str = 'little') -> Btf:

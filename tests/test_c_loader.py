@@ -24,7 +24,7 @@ from objbtf.dwarf import constants as C
 from objbtf.dwarf import loader as loader_module
 from objbtf.dwarf.loader import CuLoader
 from objbtf.dwarf.reader import (
-    ITEM_ATTRS, M_BIT_OFFSET, M_BYTE_SIZE, M_LOCATION, M_TYPE, P_ABSTRACT_ORIGIN,
+    ITEM_ATTRS, M_BYTE_SIZE, M_LOCATION, M_TYPE, P_ABSTRACT_ORIGIN,
     P_SPECIFICATION, Expr, read_units,
 )
 from objbtf.elf.reader import ElfFile

@@ -8,7 +8,6 @@ the two inputs built to show where upstream libbpf differs from 1.1.
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -582,21 +581,6 @@ def test_kernel_objects_split_on_vmlinux(kernel_units, kernel_build):
     split = concat(kernel_units[::5], base)
     ours = check(split, base_raw)
     assert 20 * len(ours) < len(split)
-
-
-@pytest.mark.kernel
-def test_kernel_object_speed(kernel_units):
-    """The per-object path: a few thousand types in a few tens of ms."""
-    unit = max(kernel_units, key=len)
-    assert len(unit) > 3000
-    best = min(cpu_seconds(dedup, unit) for _ in range(3))
-    assert best < 0.15, f'{best * 1000:.0f} ms for {len(unit)} types'
-
-
-def cpu_seconds(fn, *args) -> float:
-    t = time.process_time()
-    fn(*args)
-    return time.process_time() - t
 
 
 def test_oracle_is_libbpf_1_1():

@@ -18,14 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from btf_content import named_types, percpu_symbols, unexplained
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
-                         blob_length, build_fixture, kernel_source, kind_counts, layout_files,
+                         blob_length, kernel_source, kind_counts, layout_files,
                          objbtf_command, patched_source, quick_command, sections, touched,
                          vmlinux_members)
 from objbtf.btf import Kind, parse_btf
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
+from saved_commands import saved_command
 
 
 def patches(version: str) -> list[Path]:
@@ -211,13 +213,14 @@ def test_the_real_objbtf_names_its_quick_command(tmp_path):
 
 # --- a real build -------------------------------------------------------------
 
-#: The versions built end to end, each once per run (conftest.py's kbuild_* fixtures).
-BUILT = ['6.1', '6.12']
+#: The builds of each version through the integration with gcc, each made
+#: once per run (kernel_matrix.py).
+BUILT = ['kbuild_6_1', 'kbuild_6_12']
 
 
 @pytest.fixture(scope='module', params=BUILT)
 def kbuild(request) -> KernelBuild:
-    return request.getfixturevalue(build_fixture(request.param))
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(scope='module')
@@ -239,7 +242,7 @@ def test_objects_carry_btf_and_other_elf_files_do_not(kbuild):
 def test_objects_are_encoded_through_the_quick_command(kbuild):
     """make OBJBTF=objbtf encodes each object with what ``objbtf server
     command`` prints, not by starting the objbtf script."""
-    saved = (kbuild.build / 'kernel/.fork.o.cmd').read_text()
+    saved = saved_command(kbuild.build / 'kernel/fork.o')
     assert f'; {quick_command()} encode -q ' in saved
 
 
@@ -251,7 +254,7 @@ def test_links_check_their_objects_and_are_quiet(kbuild, modules):
     assert 'objbtf link' not in kbuild.stderr
     assert '--objects vmlinux.a' in (kbuild.src / 'scripts/link-vmlinux.sh').read_text()
     for ko in modules:
-        saved = (ko.parent / f'.{ko.name}.cmd').read_text()
+        saved = saved_command(ko)
         assert f'--objects {ko.relative_to(kbuild.build).with_suffix(".mod")}' in saved
 
 
@@ -323,17 +326,20 @@ def test_vmlinux_btf_is_valid(kbuild, kernel_loader):
 
 @pytest.mark.kernel
 def test_vmlinux_btf_matches_pahole(kbuild, tmp_path):
-    """pahole on the same tree's vmlinux: the temporary link has no DWARF
-    now, and vmlinux holds the same objects' DWARF."""
-    ours = parse_btf(sections(kbuild.build / 'vmlinux')['.BTF'][0])
+    """pahole on the same tree's vmlinux (the temporary link has no DWARF
+    now, and vmlinux holds the same objects' DWARF), by content: every named
+    type, VAR and shared FUNC's prototype alike but for the documented
+    differences (btf_content.py)."""
+    vmlinux = kbuild.build / 'vmlinux'
+    ours = parse_btf(sections(vmlinux)['.BTF'][0])
     out = tmp_path / 'pahole.btf'
     run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust',
-        '--btf_encode_detached', out, kbuild.build / 'vmlinux')
+        '--btf_encode_detached', out, vmlinux)
     theirs = parse_btf(out.read_bytes())
-    skip = {'FUNC', 'FUNC_PROTO', 'VAR', 'DATASEC', 'DECL_TAG'}
+    assert named_types(theirs) > 1000
+    percpu = {name for name, _ in percpu_symbols(vmlinux)}
+    assert unexplained(theirs, ours, percpu, vmlinux_members(kbuild.build)) == []
     a, b = kind_counts(ours), kind_counts(theirs)
-    differ = {k: (a[k], b[k]) for k in a | b if k not in skip and a[k] != b[k]}
-    assert differ == {}, f'kind: (objbtf, pahole) {differ}'
     # pahole 1.24 tags no kfunc (README)
     kfunc_tags = sum(1 for _, t in ours.own()
                      if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall'))
@@ -346,7 +352,6 @@ def test_vmlinux_btf_matches_pahole(kbuild, tmp_path):
 def test_every_percpu_variable_at_its_symbol(kbuild):
     """Each VAR of .data..percpu at the offset vmlinux's symbol table gives
     its symbol, same-name statics included."""
-    from test_link_kernel import percpu_symbols
     btf = parse_btf(sections(kbuild.build / 'vmlinux')['.BTF'][0])
     [percpu] = [t for _, t in btf.own() if t.kind is Kind.DATASEC]
     placed = Counter((btf[v.type].name, v.offset) for v in percpu.items)
@@ -368,6 +373,26 @@ def test_modules_have_valid_split_btf(kbuild, modules):
     from linkdedup.base_index import index_key, load_index
     raw = sections(vmlinux)['.BTF'][0]
     assert load_index(str(kbuild.build / '.btf.vmlinux.index'), raw, index_key(raw)) is not None
+
+
+@pytest.mark.kernel
+def test_modules_btf_matches_pahole(kbuild, modules, tmp_path):
+    """Each module's split BTF against pahole's from the same .ko on the same
+    vmlinux BTF (``--btf_base``, as the stock Makefile.modfinal runs it), by
+    content, as vmlinux's: the same types, variables and prototypes but for
+    the documented differences (btf_content.py)."""
+    vmlinux = kbuild.build / 'vmlinux'
+    base = parse_btf(sections(vmlinux)['.BTF'][0])
+    compared = 0
+    for ko in modules:
+        out = tmp_path / f'{ko.name}.btf'
+        run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_base',
+            vmlinux, '--btf_encode_detached', out, ko)
+        ours = parse_btf(sections(ko)['.BTF'][0], base)
+        theirs = parse_btf(out.read_bytes(), base)
+        assert unexplained(theirs, ours, objects=[ko.with_suffix('.o')]) == [], ko.name
+        compared += named_types(theirs)
+    assert compared >= 10           # tun's and veth's own types, beyond vmlinux's
 
 
 def link_summaries(verbose: str) -> list[str]:
@@ -476,15 +501,18 @@ def test_link_flags_relink_and_compile_nothing(kbuild, modules):
     compiled = {m: m.stat().st_mtime_ns for m in members}
     vmlinux_mtime = (build / 'vmlinux').stat().st_mtime_ns
 
-    kbuild.make('OBJBTF_LINK_FLAGS=-j 1', 'vmlinux', 'modules')
-    assert "OBJBTF_LINK_FLAGS='-j 1'" in (build / '.vmlinux.cmd').read_text()
-    assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
-    assert sections(build / 'vmlinux')['.BTF'][0] == btf
-    for ko, (ko_btf, mtime) in kos.items():
-        assert '-j 1' in (ko.parent / f'.{ko.name}.cmd').read_text()
-        assert ko.stat().st_mtime_ns > mtime
-        assert sections(ko)['.BTF'][0] == ko_btf
-    assert {m: m.stat().st_mtime_ns for m in members} == compiled
+    try:
+        kbuild.make('OBJBTF_LINK_FLAGS=-j 1', 'vmlinux', 'modules')
+        assert "OBJBTF_LINK_FLAGS='-j 1'" in saved_command(build / 'vmlinux')
+        assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
+        assert sections(build / 'vmlinux')['.BTF'][0] == btf
+        for ko, (ko_btf, mtime) in kos.items():
+            assert '-j 1' in saved_command(ko)
+            assert ko.stat().st_mtime_ns > mtime
+            assert sections(ko)['.BTF'][0] == ko_btf
+        assert {m: m.stat().st_mtime_ns for m in members} == compiled
+    finally:        # linked as the fixture left it, for the tests after (a kept tree's too)
+        kbuild.make('vmlinux', 'modules')
 
 
 # --- what 6.12 adds -------------------------------------------------------------

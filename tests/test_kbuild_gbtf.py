@@ -19,9 +19,9 @@ import pytest
 from btf_shapes import lost_enumerators
 from conftest import need, objbtf, run
 from gcc_btf_facts import dwarf_facts, dwarf_only_drops, function_symbols, summed, unexplained
-from kbuild_tree import (KernelBuild, assert_valid_split_btf, build_fixture, sections,
-                         vmlinux_members)
-from kernel_tree import TMP_VMLINUX
+from kbuild_tree import KernelBuild, assert_valid_split_btf, sections, vmlinux_members
+from kernel_matrix import BY_FIXTURE
+from saved_commands import saved_command
 from objbtf.btf import Btf, parse_btf
 from objbtf.elf.reader import ElfFile
 
@@ -31,10 +31,16 @@ pytestmark = [pytest.mark.kernel, pytest.mark.dwarfless]
 LINKED_OBJECTS_BTF = {'.BTF.objects', '.BTF.objbtf', '.BTF.addrs'}
 
 
-@pytest.fixture(scope='module', params=['6.1', '6.12'])
+#: The DWARF-less builds of the reference config (kernel_matrix.py).
+GBTF_BUILDS = ['kbuild_6_1_gbtf', 'kbuild_6_12_gbtf']
+#: Version -> the build of the same config with DWARF that its DWARF-less one needs.
+DWARF_TWIN = {BY_FIXTURE[f].version: BY_FIXTURE[f].needs[0] for f in GBTF_BUILDS}
+
+
+@pytest.fixture(scope='module', params=GBTF_BUILDS)
 def gbtf(request) -> KernelBuild:
     """The DWARF-less build of one version (conftest, kbuild_tree.py)."""
-    return request.getfixturevalue(build_fixture(request.param, 'gbtf'))
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(scope='module')
@@ -57,17 +63,10 @@ class DwarfPath:
 
 
 @pytest.fixture(scope='module')
-def dwarf_path(gbtf, request, tmp_path_factory) -> DwarfPath:
-    """6.1: the reference build's objects encoded and linked (``encoded_kernel``);
-    6.12: the build through the integration with DWARF (``kbuild_6_12``)."""
-    if gbtf.version == '6.1':
-        encoded = request.getfixturevalue('encoded_kernel')
-        out = tmp_path_factory.mktemp('dwarf-link') / 'vmlinux.btf'
-        objbtf('link', '-q', '--output', out, encoded / TMP_VMLINUX, cwd=encoded)
-        return DwarfPath(parse_btf(out.read_bytes()),
-                         vmlinux_members(request.getfixturevalue('kernel_build')),
-                         encoded / TMP_VMLINUX)
-    tree: KernelBuild = request.getfixturevalue(build_fixture(gbtf.version))
+def dwarf_path(gbtf, request) -> DwarfPath:
+    """The build of the same version and configuration with DWARF, through
+    the integration: the build the DWARF-less one needs in kernel_matrix."""
+    tree: KernelBuild = request.getfixturevalue(DWARF_TWIN[gbtf.version])
     return DwarfPath(vmlinux_btf(tree.build), vmlinux_members(tree.build), tree.tmp_vmlinux)
 
 
@@ -78,7 +77,7 @@ def test_configured_without_dwarf(gbtf):
                  'CONFIG_DEBUG_INFO_BTF_MODULES=y'):
         assert f'\n{line}\n' in config, line
     assert '\nCONFIG_DEBUG_INFO=y\n' not in config
-    saved = (build / 'kernel/.fork.o.cmd').read_text().split('\n', 1)[0]
+    saved = saved_command(build / 'kernel/fork.o')
     assert ' -gbtf ' in f'{saved} ' and not re.search(r' -g(dwarf\S*)? ', saved)
 
 

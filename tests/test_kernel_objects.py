@@ -1,6 +1,6 @@
 """Every object of the reference kernel: objbtf's BTF against pahole's, and the kernel's verdict.
 
-Runs on copies, so the shared build tree stays as build-kernel.sh left it.
+Runs on copies, so the shared build tree stays as Kbuild left it.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from btf_shapes import kind_counts
 from conftest import C_FIXTURES, FIXTURES, need, objbtf, run
 from libbpf_oracle import isomorphism_problem, libbpf_dedup
 from linkdedup.concat import split_blobs
@@ -48,9 +49,6 @@ def libbpf_reference(path: Path):
     return parse_btf(libbpf_dedup(encode_btf(full)))
 
 
-def kinds(btf) -> Counter:
-    return Counter(t.kind.name for _, t in btf.own())
-
 
 def test_link_matches_libbpf(units, tmp_path):
     linked = link_relocatable(tmp_path, units, 'all.o')
@@ -59,7 +57,7 @@ def test_link_matches_libbpf(units, tmp_path):
     assert 'objects' in r.stderr
     ours = parse_btf(out.read_bytes())
     theirs = libbpf_reference(linked)
-    assert kinds(ours) == kinds(theirs)
+    assert kind_counts(ours) == kind_counts(theirs)
     assert isomorphism_problem(ours, theirs) is None
     assert objbtf('check', out).returncode == 0
     # Two definitions of struct device stay two; the FWD-only one stays FWD.
@@ -345,7 +343,7 @@ def test_non_percpu_variables_split_off(tmp_path):
     assert [t.name for _, t in b.own() if t.kind is Kind.DATASEC] == ['.data..percpu']
     assert {t.name for _, t in s.own() if t.kind is Kind.DATASEC} == \
         {t.name for _, t in full.own() if t.kind is Kind.DATASEC} - {'.data..percpu'}
-    assert kinds(b) + kinds(s) == kinds(full)
+    assert kind_counts(b) + kind_counts(s) == kind_counts(full)
     assert objbtf('check', base).returncode == 0
     assert objbtf('check', '--base', base, split).returncode == 0
     dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', split).stdout
@@ -489,7 +487,7 @@ def test_kfuncs_get_their_decl_tags(tmp_path, kernel_loader, set_flags, marked):
         r = objbtf('link', '--btf-features', f'default,{off}', '--output', raw, program)
         untagged = parse_btf(raw.read_bytes())
         assert not decl_tags(untagged) and '  kfuncs: ' not in r.stderr
-        assert kinds(untagged) + Counter({'DECL_TAG': len(tags)}) == kinds(btf)
+        assert kind_counts(untagged) + Counter({'DECL_TAG': len(tags)}) == kind_counts(btf)
 
 
 def type_hashes(elf: ElfFile) -> list:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from btf_content import definitions, inline_prototypes, obj_decls, percpu_symbols, squash
+from btf_shapes import kind_counts
 from conftest import need, objbtf, run
 from kernel_tree import EXTRA_VMLINUX_OBJECTS, TMP_VMLINUX, relink_module
 from linkdedup.archive import thin_member_paths
 from objbtf.btf import Kind, parse_btf
-from objbtf.btf_file import load_btf_file
 from objbtf.diff import compare, function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.functions import DROPPING_FACTS, FACT_WEAK, function_key
@@ -32,9 +33,6 @@ def linked(encoded_kernel, tmp_path_factory) -> tuple[Path, str]:
     return out, r.stderr
 
 
-def kinds(btf) -> Counter:
-    return Counter(t.kind.name for _, t in btf.own())
-
 
 def function_symbols(path: Path) -> dict[str, set[int]]:
     with ElfFile.open(str(path)) as elf:
@@ -48,7 +46,7 @@ def function_symbols(path: Path) -> dict[str, set[int]]:
 def test_counts_match_pahole_but_for_functions(linked, pahole_vmlinux_btf, encoded_kernel):
     ours = parse_btf(linked[0].read_bytes())
     theirs = parse_btf(pahole_vmlinux_btf)
-    a, b = kinds(ours), kinds(theirs)
+    a, b = kind_counts(ours), kind_counts(theirs)
     for kind in set(a) | set(b):
         if kind not in ('FUNC', 'FUNC_PROTO', 'VAR', 'DECL_TAG'):
             assert a[kind] == b[kind], kind
@@ -118,44 +116,6 @@ def kernel_objects(tree: Path) -> list[Path]:
     return objects(tree)
 
 
-def definitions(objs: list[Path], names) -> dict[str, list[tuple[Path, int]]]:
-    """name -> (object, binding) of each object that defines it."""
-    out: dict[str, list[tuple[Path, int]]] = {n: [] for n in names}
-    for obj in objs:
-        with ElfFile.open(str(obj)) as elf:
-            for s in elf.symbols():
-                if s.type == STT_FUNC and s.shndx and s.name in out:
-                    out[s.name].append((obj, s.bind))
-    return out
-
-
-def obj_decls(obj: Path, name: str) -> list[str]:
-    return function_decls(load_btf_file(str(obj))).get(name, [])
-
-
-def inline_prototypes(objs: list[Path], name: str) -> list[str]:
-    """pfunct's prototypes of ``name`` in the objects that mention it but
-    have no function symbol of it."""
-    needle = b'\0' + name.encode() + b'\0'
-    out = []
-    for obj in objs:
-        if needle not in obj.read_bytes():
-            continue
-        with ElfFile.open(str(obj)) as elf:
-            if any(function_key(s.name) == name for s in elf.symbols() if s.type == STT_FUNC):
-                continue
-        for line in run(need('pfunct'), '-P', obj).stdout.splitlines():
-            if re.search(rf'[ *]{re.escape(name)}\(', line):
-                out.append(line)
-    return out
-
-
-def squash(decl: str) -> str:
-    """A prototype without spaces, ';' and 'inline', to compare pfunct's
-    C with objbtf diff's."""
-    return re.sub(r'\s+|;|^inline', '', decl.strip().removeprefix('inline '))
-
-
 def test_kfuncs_get_their_decl_tag(linked, encoded_kernel):
     """The kfuncs of vmlinux's .BTF_ids, as readelf and objcopy show them:
     6.1 marks no set, so those of every set8 (test_run's, bpf_tcp_ca's)."""
@@ -171,13 +131,6 @@ def test_kfuncs_get_their_decl_tag(linked, encoded_kernel):
     assert sorted(tags) == sorted(expected)          # each once, on its FUNC
     tagged = {name for _, name, _ in expected}
     assert f'kfuncs: {len(kfuncs)} in .BTF_ids, {len(tagged)} tagged bpf_kfunc' in linked[1]
-
-
-def percpu_symbols(path: Path) -> Counter:
-    with ElfFile.open(str(path)) as elf:
-        percpu = elf.section_by_name('.data..percpu')
-        return Counter((s.name, s.value - percpu.addr) for s in elf.symbols()
-                       if s.shndx == percpu.index and s.type == STT_OBJECT and s.size)
 
 
 def test_every_percpu_variable_at_its_symbol(linked, pahole_vmlinux_btf, encoded_kernel):
@@ -364,5 +317,5 @@ def test_dedup_matches_libbpf_on_the_full_concatenation(encoded_kernel, linked):
     assert len(full) > 1_000_000
     theirs = parse_btf(libbpf_dedup(encode_btf(full)))
     ours = parse_btf(linked[0].read_bytes())
-    assert kinds(ours) == kinds(theirs)
+    assert kind_counts(ours) == kind_counts(theirs)
     assert isomorphism_problem(ours, theirs) is None
