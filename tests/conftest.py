@@ -210,7 +210,9 @@ def pytest_configure(config):
     config.stash[_PLAN] = _Plan(with_needs(wanted))
 
 
-def pytest_report_header(config):
+def pytest_report_collectionfinish(config):
+    """The run's builds, and the rotation's turn: printed under -q too, so
+    that CI's log says which axis it built."""
     plan = config.stash[_PLAN]
     turn, commit = rotation_turn(ROOT)
     lines = [f'kernel builds, tier {config.getoption("--tier")}: '

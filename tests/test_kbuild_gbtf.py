@@ -21,9 +21,9 @@ from conftest import need, objbtf, run
 from gcc_btf_facts import dwarf_facts, dwarf_only_drops, function_symbols, summed, unexplained
 from kbuild_tree import KernelBuild, assert_valid_split_btf, sections, vmlinux_members
 from kernel_matrix import BY_FIXTURE
-from saved_commands import saved_command
 from objbtf.btf import Btf, parse_btf
 from objbtf.elf.reader import ElfFile
+from saved_commands import saved_command
 
 pytestmark = [pytest.mark.kernel, pytest.mark.dwarfless]
 
