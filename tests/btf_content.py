@@ -14,8 +14,9 @@ the rule that derives it from the tree rather than a list of names:
 
 - ``KFUNC_TAGS``: objbtf tags each kfunc with a ``bpf_kfunc`` (or
   ``bpf_fastcall``) DECL_TAG; pahole 1.24 tags none.
-- ``PERCPU_VARS``: objbtf keeps every percpu variable vmlinux's symbol
-  table has, pahole 1.24 only those of ``.data..percpu`` proper.
+- percpu variables (``percpu_symbols``): objbtf keeps every percpu
+  variable vmlinux's symbol table has, pahole 1.24 only those of
+  ``.data..percpu`` proper.
 - ``explained_prototypes``: a function with a weak and a strong definition
   (the ``sys_ni.c`` stubs of the syscalls a config has): pahole takes the
   prototype of the definition it reads first, the weak one's, objbtf the
@@ -31,16 +32,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from pathlib import Path
 
 from conftest import need, run
 from objbtf.btf import Btf, Kind
 from objbtf.btf_file import load_btf_file
 from objbtf.diff import Section, diff_btf, function_decls
-from objbtf.functions import function_key
 from objbtf.elf.consts import STB_WEAK, STT_FUNC, STT_OBJECT
 from objbtf.elf.reader import ElfFile
+from objbtf.functions import function_key
 
 #: The DECL_TAGs objbtf adds on kfuncs.
 KFUNC_TAGS = ('bpf_kfunc', 'bpf_fastcall')
@@ -156,7 +157,7 @@ def explained_prototypes(objs: list[Path], changed: list[dict]) -> set[str]:
 Difference = tuple[str, str, dict]
 
 
-def unexplained(theirs: Btf, ours: Btf, percpu_vars: set[str] = frozenset(),
+def unexplained(theirs: Btf, ours: Btf, percpu_vars: Set[str] = frozenset(),
                 objects: list[Path] | None = None) -> list[Difference]:
     """The differences from ``theirs`` (pahole's) to ``ours`` (objbtf's)
     that no documented rule explains.  ``percpu_vars``: the percpu

@@ -73,6 +73,23 @@ def compile_c(compiler: str, src: Path, out: Path, *flags: str) -> Path:
     return out
 
 
+def encoded_c(compiler: str, src: Path, out: Path, features: str = 'default,global_var',
+              *flags: str) -> Path:
+    """``src`` compiled (``compile_c``) and encoded with ``features``."""
+    compile_c(compiler, src, out, *flags)
+    objbtf('encode', '--btf-features', features, out)
+    return out
+
+
+@pytest.fixture(scope='session')
+def pair(tmp_path_factory) -> tuple[Path, Path]:
+    """objbtf diff's hand-made pair (tests/fixtures/diff): before.o and
+    after.o, gcc -O0, encoded with every variable."""
+    out = tmp_path_factory.mktemp('pair')
+    return tuple(encoded_c('gcc', FIXTURES / 'diff' / f'{side}.c', out / f'{side}.o',
+                           'default,global_var', '-O0') for side in ('before', 'after'))
+
+
 def cache_entries(cache: Path) -> list[Path]:
     """The entries of the encode cache in ``cache``: every file but its
     counters (``encode_cache.STATS``)."""
@@ -184,6 +201,7 @@ class _Plan:
     """What this run builds, and after which test each build's trees (and
     each version's patched source) can go."""
     builds: set[str]
+    turn: tuple[str, str]            # rotation_turn's: the ROTATION build, the commit
     last_use: dict[str, str] = field(default_factory=dict)       # build -> test id
     last_of_version: dict[str, str] = field(default_factory=dict)  # version -> test id
 
@@ -206,15 +224,16 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    wanted = builds_of_tier(config.getoption('--tier'), ROOT) | set(config.getoption('--build'))
-    config.stash[_PLAN] = _Plan(with_needs(wanted))
+    turn = rotation_turn(ROOT)
+    wanted = builds_of_tier(config.getoption('--tier'), turn[0]) | set(config.getoption('--build'))
+    config.stash[_PLAN] = _Plan(with_needs(wanted), turn)
 
 
 def pytest_report_collectionfinish(config):
     """The run's builds, and the rotation's turn: printed under -q too, so
     that CI's log says which axis it built."""
     plan = config.stash[_PLAN]
-    turn, commit = rotation_turn(ROOT)
+    turn, commit = plan.turn
     lines = [f'kernel builds, tier {config.getoption("--tier")}: '
              + (', '.join(b.fixture for b in MATRIX if b.fixture in plan.builds) or 'none')]
     if config.getoption('--tier') == 'ci':

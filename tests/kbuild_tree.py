@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from btf_shapes import kind_counts  # noqa: F401 - the tests' one kind counter, re-exported
 from conftest import KCONFIG, ROOT, need, objbtf, run
 from kernel_matrix import Build
 

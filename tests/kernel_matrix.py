@@ -109,15 +109,16 @@ def rotation_turn(root: Path) -> tuple[str, str]:
     return ROTATION[int(commit, 16) % len(ROTATION)], commit[:12]
 
 
-def builds_of_tier(tier: str, root: Path) -> set[str]:
-    """The fixtures of the builds a run of ``tier`` makes."""
+def builds_of_tier(tier: str, turn: str) -> set[str]:
+    """The fixtures of the builds a run of ``tier`` makes, ``turn`` the
+    ROTATION build whose turn it is (``rotation_turn``)."""
     rank = TIERS.index(tier)
     chosen = {b.fixture for b in MATRIX
               if b.tier != 'rotation' and TIERS.index(b.tier) <= rank}
     if tier == 'full':
         chosen |= set(ROTATION)
     elif tier == 'ci':
-        chosen.add(rotation_turn(root)[0])
+        chosen.add(turn)
     return chosen
 
 

@@ -8,28 +8,23 @@ from pathlib import Path
 import pytest
 
 from btf_content import same_prototype, unexplained
-from conftest import FIXTURES, compile_c, need, objbtf
+from conftest import encoded_c
+from objbtf.btf import Btf
 from objbtf.btf_file import load_btf_file
 
 
-@pytest.fixture(scope='module')
-def sides(tmp_path_factory) -> dict[str, Path]:
-    """tests/fixtures/diff's before.o and after.o, encoded with every variable."""
-    out = tmp_path_factory.mktemp('content')
-    objs = {}
-    for side in ('before', 'after'):
-        obj = compile_c('gcc', FIXTURES / 'diff' / f'{side}.c', out / f'{side}.o')
-        objbtf('encode', '--btf-features', 'default,global_var', obj)
-        objs[side] = obj
-    return objs
+def encoded_btf(compiler: str, src: Path, features: str = 'default,global_var') -> Btf:
+    """The BTF objbtf encodes into ``src`` compiled beside it."""
+    return load_btf_file(str(encoded_c(compiler, src, src.with_suffix('.o'), features)))
 
 
 def keys(found) -> set[tuple[str, str, str]]:
     return {(section, change, entry['name']) for section, change, entry in found}
 
 
-def test_every_change_of_the_pair_is_reported(sides):
-    before, after = (load_btf_file(str(sides[s])) for s in ('before', 'after'))
+def test_every_change_of_the_pair_is_reported(pair):
+    """objbtf diff's pair (conftest), each side encoded with every variable."""
+    before, after = (load_btf_file(str(side)) for side in pair)
     assert unexplained(before, before) == []
     found = keys(unexplained(before, after))
     assert found == {
@@ -43,7 +38,7 @@ def test_every_change_of_the_pair_is_reported(sides):
         ('variables', 'differ', 'changed_var'),
         ('functions', 'differ', 'changed_fn'),
     }
-    # FUNCs one side lacks are the function rules' tests' to judge, unless asked.
+    # FUNCs one side lacks are the function rules' tests' to judge.
     assert ('functions', 'only pahole', 'removed_fn') not in found
 
 
@@ -58,9 +53,7 @@ def test_a_member_offset_or_an_enumerator_is_a_difference(tmp_path):
     for name, text in variants.items():
         src = tmp_path / f'{name}.c'
         src.write_text(text + '\nstruct s gs; enum e ge;\n')
-        obj = compile_c('gcc', src, tmp_path / f'{name}.o')
-        objbtf('encode', '--btf-features', 'default,global_var', obj)
-        btfs[name] = load_btf_file(str(obj))
+        btfs[name] = encoded_btf('gcc', src)
     assert keys(unexplained(btfs['a'], btfs['moved'])) == {('types', 'differ', 's')}
     assert keys(unexplained(btfs['a'], btfs['value'])) == {('types', 'differ', 'e')}
     assert keys(unexplained(btfs['a'], btfs['width'])) == {('types', 'differ', 's')}
@@ -77,26 +70,21 @@ int plain(struct task *t) { return t->pid + 1; }
 def test_kfunc_tags_and_percpu_variables_are_the_documented_differences(tmp_path):
     """objbtf's kfunc DECL_TAGs and the percpu variables pahole 1.24 misses
     are explained; the same tag on another name, or another variable, is not."""
-    need('clang')
     plain, tagged = tmp_path / 'plain.c', tmp_path / 'tagged.c'
     plain.write_text(KFUNC_SOURCE.replace('__bpf_kfunc int', 'int') + 'int extra_var = 1;\n')
     tagged.write_text(KFUNC_SOURCE + 'int extra_var = 1;\nint other_var = 2;\n')
-    btfs = {}
-    for src in (plain, tagged):
-        obj = compile_c('clang', src, src.with_suffix('.o'))
-        objbtf('encode', '--btf-features', 'default,global_var,decl_tag', obj)
-        btfs[src.stem] = load_btf_file(str(obj))
+    features = 'default,global_var,decl_tag'
+    btfs = {src.stem: encoded_btf('clang', src, features) for src in (plain, tagged)}
     tags = [t for _, t in btfs['tagged'].own() if t.kind.name == 'DECL_TAG']
     assert [t.name for t in tags] == ['bpf_kfunc'], 'clang wrote no DECL_TAG to compare'
     found = keys(unexplained(btfs['plain'], btfs['tagged'], percpu_vars={'other_var'}))
     assert found == set()
     found = keys(unexplained(btfs['plain'], btfs['tagged']))
     assert found == {('variables', 'only objbtf', 'other_var')}
-    other = tagged.read_text().replace('"bpf_kfunc"', '"other_tag"')
-    tagged.write_text(other)
-    obj = compile_c('clang', tagged, tmp_path / 'other.o')
-    objbtf('encode', '--btf-features', 'default,global_var,decl_tag', obj)
-    found = keys(unexplained(btfs['plain'], load_btf_file(str(obj)), percpu_vars={'other_var'}))
+    other = tmp_path / 'other.c'
+    other.write_text(tagged.read_text().replace('"bpf_kfunc"', '"other_tag"'))
+    found = keys(unexplained(btfs['plain'], encoded_btf('clang', other, features),
+                             percpu_vars={'other_var'}))
     assert found == {('types', 'only objbtf', 'other_tag')}
 
 

@@ -6,7 +6,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 from conftest import FIXTURES, need, objbtf, run
 
@@ -91,19 +90,6 @@ def reported(doc: dict, which: str) -> dict[str, set]:
     def key(e):
         return (e['kind'], e['name']) if which == 'types' else e['name']
     return {what: {key(e) for e in doc[which][what]} for what in ('added', 'removed', 'changed')}
-
-
-@pytest.fixture(scope='module')
-def pair(tmp_path_factory) -> tuple[Path, Path]:
-    """before.o and after.o, gcc-compiled, encoded with every variable."""
-    out = tmp_path_factory.mktemp('pair')
-    objs = []
-    for side in ('before', 'after'):
-        obj = out / f'{side}.o'
-        run(need('gcc'), '-g', '-O0', '-c', '-o', obj, PAIR / f'{side}.c')
-        objbtf('encode', '--btf-features', 'default,global_var', obj)
-        objs.append(obj)
-    return objs[0], objs[1]
 
 
 def test_every_section_as_bpftool_shows_the_two_sides(pair):

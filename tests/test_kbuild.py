@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from btf_content import named_types, percpu_symbols, unexplained
+from btf_shapes import kind_counts
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
-                         blob_length, kernel_source, kind_counts, layout_files,
+                         blob_length, kernel_source, layout_files,
                          objbtf_command, patched_source, quick_command, sections, touched,
                          vmlinux_members)
 from objbtf.btf import Kind, parse_btf

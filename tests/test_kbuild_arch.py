@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from btf_content import named_types, percpu_symbols, unexplained
+from btf_shapes import kind_counts
 from conftest import need, objbtf, run
-from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, kind_counts, layout_files,
+from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, layout_files,
                          objbtf_command, sections, touched, vmlinux_members)
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.validate import validate_bytes
