@@ -25,8 +25,10 @@
    (``base_index``, ``premap``).
 8. encode: the final bytes; ``--split-vars`` moves variables into split
    BTF (``split_vars``); ``--cache`` keeps the link for the next one.
-9. emit (``emit``): written where it was asked for, atomically.
-10. stamp (``stamp``): with ``--types-stamp``, a file rewritten only when
+9. layout: with the ``layout`` feature, the kind layout section that
+   Linux 7.x reads (``objbtf.btf.writer.with_kind_layout``), in base BTF.
+10. emit (``emit``): written where it was asked for, atomically.
+11. stamp (``stamp``): with ``--types-stamp``, a file rewritten only when
     the types modules depend on changed; Kbuild's modules depend on it.
 
 Passes 2 to 6 remove types through ``tombstone`` so that ids do not move

@@ -1,4 +1,4 @@
-"""Pass 9, emit: write the final BTF where it was asked for, atomically."""
+"""Pass 10, emit: write the final BTF where it was asked for, atomically."""
 from __future__ import annotations
 
 from objbtf.btf.chunk import SECTION as CHUNK_SECTION

@@ -23,7 +23,14 @@ pahole's rules, followed here:
   FUNC; a pair flag ``KF_FASTCALL`` (1 << 12, kernel 6.13) adds
   ``DECL_TAG 'bpf_fastcall'`` (pahole 1.28 on);
 - a kfunc without a FUNC (the functions pass dropped it, or it is no
-  function of vmlinux) gets no tag (pahole 1.30 on; 1.27 to 1.29 failed).
+  function of vmlinux) gets no tag (pahole 1.30 on; 1.27 to 1.29 failed);
+- with the ``attributes`` feature (pahole 1.30 on; Linux 7.x asks for it),
+  the pointer a pair flag ``KF_ARENA_RET``, ``KF_ARENA_ARG1`` or
+  ``KF_ARENA_ARG2`` (1 << 13 to 15, Linux 6.16) names, the return value or
+  the first or second argument, points through a ``TYPE_TAG
+  'address_space(1)'`` with kind_flag set (an attribute: BPF programs see
+  arena memory there); the FUNC gets a FUNC_PROTO of its own with that
+  pointer, as pahole encodes each kfunc's prototype anew.
 
 Where objbtf differs: before 6.9, ``BTF_SET8_START`` left the header's
 flags 0, so pahole tags nothing on such a kernel (the reference 6.1).  Yet
@@ -45,9 +52,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import NamedTuple
 
 from objbtf.btf.kinds import Kind
-from objbtf.btf.types import Btf, BtfType
+from objbtf.btf.types import Btf, BtfType, Param
 from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section, Symbol
 
@@ -56,11 +64,22 @@ SET8_PREFIX = '__BTF_ID__set8__'
 FUNC_PREFIX = '__BTF_ID__func__'
 SET8_KFUNCS = 1 << 0
 KF_FASTCALL = 1 << 12
+KF_ARENA_RET, KF_ARENA_ARG1, KF_ARENA_ARG2 = 1 << 13, 1 << 14, 1 << 15
+KF_ARENA = KF_ARENA_RET | KF_ARENA_ARG1 | KF_ARENA_ARG2
 KFUNC_TAG = 'bpf_kfunc'
 FASTCALL_TAG = 'bpf_fastcall'
+#: The attribute on the pointee of an arena pointer (pahole's BPF_ARENA_ATTR).
+ARENA_ATTR = 'address_space(1)'
 
-#: kfunc name -> the names of the DECL_TAGs its FUNC gets.
-Kfuncs = dict[str, tuple[str, ...]]
+
+class Kfunc(NamedTuple):
+    """What a kfunc's ``.BTF_ids`` pairs say of it."""
+    tags: tuple[str, ...]       # the DECL_TAGs its FUNC gets
+    arena: int = 0              # its KF_ARENA_* flags (a kernel that marks its sets)
+
+
+#: kfunc name -> what its pairs say.
+Kfuncs = dict[str, Kfunc]
 
 
 class KfuncReport:
@@ -91,7 +110,8 @@ def find_kfuncs(elf: ElfFile, base_marks: Callable[[], bool | None] | None = Non
         name = func_name(s.name)
         if name is not None and any(start <= s.value < end for start, end in ranges):
             flags_of[name] = flags_of.get(name, 0) | ids.flags(s)
-    return {name: _tags(flags, marked) for name, flags in flags_of.items()}
+    return {name: Kfunc(_tags(flags, marked), flags & KF_ARENA if marked else 0)
+            for name, flags in flags_of.items()}
 
 
 def kernel_marks_sets(path: str) -> bool | None:
@@ -125,6 +145,29 @@ def _tags(flags: int, marked: bool) -> tuple[str, ...]:
     return (KFUNC_TAG,)
 
 
+def _arena_pointer(btf: Btf, ptr_id: int) -> int:
+    """A new PTR to ``ARENA_ATTR`` on what ``ptr_id`` points to; ``ptr_id``
+    itself when it is no pointer (pahole fails there; no kfunc does it)."""
+    ptr = btf[ptr_id]
+    if ptr.kind is not Kind.PTR:
+        return ptr_id
+    tag = btf.add(BtfType(Kind.TYPE_TAG, ARENA_ATTR, type=ptr.type, kflag=1))
+    return btf.add(BtfType(Kind.PTR, type=tag))
+
+
+def _mark_arena_pointers(btf: Btf, func: BtfType, arena: int) -> None:
+    """``func``'s own FUNC_PROTO, with the pointers ``arena`` names
+    through ``_arena_pointer``, in pahole's order: return value, first and
+    second argument."""
+    proto = btf[func.type]
+    ret = _arena_pointer(btf, proto.type) if arena & KF_ARENA_RET else proto.type
+    params = list(proto.items)
+    for index, flag in enumerate((KF_ARENA_ARG1, KF_ARENA_ARG2)):
+        if arena & flag and index < len(params):
+            params[index] = Param(params[index].name, _arena_pointer(btf, params[index].type))
+    func.type = btf.add(BtfType(Kind.FUNC_PROTO, type=ret, items=tuple(params)))
+
+
 class _Words:
     """The ``.BTF_ids`` section, read as the 8-byte records its symbols label."""
 
@@ -142,13 +185,16 @@ class _Words:
         return struct.unpack_from(self.order + 'I', self.data, at + 4)[0]
 
 
-def tag_kfuncs(btf: Btf, kfuncs: Kfuncs) -> KfuncReport:
-    """Add the DECL_TAGs of ``kfuncs`` to every FUNC of their names; the
-    functions pass has run, so a dropped function has no FUNC left to tag."""
+def tag_kfuncs(btf: Btf, kfuncs: Kfuncs, attributes: bool = False) -> KfuncReport:
+    """Add the DECL_TAGs of ``kfuncs`` to every FUNC of their names, and with
+    ``attributes`` their arena attributes; the functions pass has run, so a
+    dropped function has no FUNC left to tag."""
     funcs = [(type_id, t.name) for type_id, t in btf.own()
              if t.kind is Kind.FUNC and t.name in kfuncs]
     for type_id, name in funcs:
-        for tag in kfuncs[name]:
+        if attributes and kfuncs[name].arena:
+            _mark_arena_pointers(btf, btf[type_id], kfuncs[name].arena)
+        for tag in kfuncs[name].tags:
             btf.add(BtfType(Kind.DECL_TAG, tag, type=type_id, component_idx=-1))
     tagged = sorted({name for _, name in funcs})
     return KfuncReport(tagged, sorted(set(kfuncs) - set(tagged)))

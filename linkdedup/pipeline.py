@@ -18,7 +18,7 @@ from objbtf.btf.hashing import past_the_last
 from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, gc_paused
 from objbtf.btf.validate import first_problem, first_problem_among
-from objbtf.btf.writer import encode_btf
+from objbtf.btf.writer import encode_btf, with_kind_layout
 from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
@@ -356,7 +356,8 @@ def functions_pass(state: LinkState) -> None:
 def kfuncs_pass(state: LinkState) -> None:
     """Pass 6: a ``bpf_kfunc`` tag on every kfunc (``kfuncs``)."""
     state.progress.step('kfuncs')
-    state.summary.kfuncs = tag_kfuncs(state.btf, state.symbols.kfuncs)
+    state.summary.kfuncs = tag_kfuncs(state.btf, state.symbols.kfuncs,
+                                      state.features.attributes)
 
 
 def dedup_pass(state: LinkState) -> None:
@@ -420,14 +421,21 @@ def encode_pass(state: LinkState) -> None:
     state.raw = raw
 
 
+def layout_pass(state: LinkState) -> None:
+    """Pass 9: with ``layout``, the kind layout section (``with_kind_layout``),
+    in base BTF only, as pahole adds it."""
+    if state.features.layout and state.base is None:
+        state.raw = with_kind_layout(state.raw_bytes)
+
+
 def emit_pass(state: LinkState) -> None:
-    """Pass 9: the final BTF written where it was asked for (``emit``)."""
+    """Pass 10: the final BTF written where it was asked for (``emit``)."""
     state.summary.written = emit(state.raw_bytes, state.elf, state.path, state.section,
                                  state.output)
 
 
 def stamp_pass(state: LinkState) -> None:
-    """Pass 10: with ``--types-stamp``, that file rewritten if the types
+    """Pass 11: with ``--types-stamp``, that file rewritten if the types
     modules depend on changed (``stamp``)."""
     if state.types_stamp is not None:
         stamp.stamp_types(state.types_stamp, state.raw_bytes, state.path)
@@ -436,7 +444,7 @@ def stamp_pass(state: LinkState) -> None:
 #: The passes before dedup: what libbpf's dedup would be given.
 PREPARE = (merge_pass, relocate_pass, datasec_pass, functions_pass, kfuncs_pass)
 #: The passes that follow the final bytes, however they were made.
-FINISH = (emit_pass, stamp_pass)
+FINISH = (layout_pass, emit_pass, stamp_pass)
 #: A link, in order (``linkdedup/__init__.py`` says why this order).
 LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, encode_pass, *FINISH)
 

@@ -1,4 +1,4 @@
-"""Pass 10, stamp: a file that changes only when what modules take from vmlinux changes.
+"""Pass 11, stamp: a file that changes only when what modules take from vmlinux changes.
 
 A module's split BTF depends on vmlinux's BTF: its type ids follow the
 base's, its names may be the base's strings, its types refer to the

@@ -4,8 +4,9 @@ from __future__ import annotations
 #: pahole's default set (``--btf_features=default``).
 DEFAULT = ('encode_force', 'var', 'float', 'decl_tag', 'type_tag', 'enum64',
            'optimized_func', 'consistent_func', 'decl_tag_kfuncs')
-#: Features pahole knows but leaves off by default.
-OPTIONAL = ('global_var', 'reproducible_build', 'distilled_base')
+#: Features pahole knows but leaves off by default (Linux 7.x asks for
+#: ``attributes`` and ``layout``: the kernels before it refuse ``layout``).
+OPTIONAL = ('global_var', 'reproducible_build', 'distilled_base', 'attributes', 'layout')
 
 
 class Features:
@@ -25,6 +26,8 @@ class Features:
     global_var: bool
     reproducible_build: bool
     distilled_base: bool
+    attributes: bool
+    layout: bool
 
     def __init__(self, **on: bool):
         unknown = set(on) - set(self.NAMES)

@@ -8,14 +8,17 @@ from pathlib import Path
 import pytest
 
 from btf_shapes import kind_counts
-from conftest import C_FIXTURES, FIXTURES, need, objbtf, run
+from conftest import C_FIXTURES, FIXTURES, encoded_c, need, objbtf, run
 from libbpf_oracle import isomorphism_problem, libbpf_dedup
 from linkdedup.concat import split_blobs
 from linkdedup.pipeline import unmerged_table
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.chunk import split_chunks
+from objbtf.btf.header import BtfHeader
+from objbtf.btf.kinds import KINDS
 from objbtf.btf.writer import encode_btf
 from objbtf.btf_file import read_btf_bytes
+from objbtf.diff import function_decls
 from objbtf.elf.consts import STT_OBJECT, STT_SECTION
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features
@@ -571,3 +574,64 @@ def test_module_kfuncs_get_their_decl_tags(tmp_path, module_flags, base_flags, t
     assert ('kfuncs: 2 in .BTF_ids, 1 tagged bpf_kfunc, 1 without a FUNC' in r.stderr) == tagged
     dump = run(need('bpftool'), '-B', base, 'btf', 'dump', 'file', module).stdout
     assert ("DECL_TAG 'bpf_kfunc'" in dump) == tagged
+
+
+# --- BTF features of Linux 7.x: "layout" and "attributes" --------------------
+
+def test_layout_is_the_newest_pahole_s(tmp_path, newest_pahole):
+    """With ``layout``, vmlinux's BTF has the newest pahole's 32-byte header
+    and kind layout section, laid out as it lays them out (types, layout,
+    strings); split BTF gets none, as pahole adds it to base BTF only."""
+    obj = encoded_c('gcc', C_FIXTURES / 'scopes.c', tmp_path / 'scopes.o', 'default')
+    theirs, ours = tmp_path / 'pahole.btf', tmp_path / 'objbtf.btf'
+    run(newest_pahole, '-J', '--btf_features=default,layout', '--btf_encode_detached', theirs,
+        obj)
+    objbtf('link', '--btf-features', 'default,layout', '--output', ours, obj)
+    blobs = {side: path.read_bytes() for side, path in (('pahole', theirs), ('objbtf', ours))}
+    shapes = {}
+    for side, blob in blobs.items():
+        h = BtfHeader.read(blob)
+        shapes[side] = (h.hdr_len, h.type_off, h.layout_off - h.type_len,
+                        h.str_off - h.layout_off - h.layout_len, h.kind_layout(blob))
+    assert shapes['objbtf'] == shapes['pahole'] == (32, 0, 0, 0, KINDS.layout)
+    assert objbtf('diff', theirs, ours).returncode == 0
+    split = tmp_path / 'split.btf'
+    objbtf('link', '--btf-features', 'default,layout', '--base', ours, '--output', split, obj)
+    assert BtfHeader.read(split.read_bytes()).hdr_len == 24
+
+
+def test_arena_kfuncs_get_the_newest_pahole_s_attributes(tmp_path, newest_pahole, kernel_loader):
+    """With ``attributes``, each pointer a kfunc's KF_ARENA_* flags name (its
+    return value, first or second argument) points through an attribute
+    TYPE_TAG 'address_space(1)' (kind_flag set), as the newest pahole
+    encodes it from the same executable; without, none."""
+    obj = tmp_path / 'kf_arena.o'
+    objbtf('cc', '--', need('gcc'), '-g', '-O2', '-c', '-o', obj, KFUNCS / 'kf_arena.c')
+    program = tmp_path / 'arena'
+    run(need('ld'), '-e', 'kf_arena_user', '-o', program, obj)
+    theirs, ours = tmp_path / 'pahole.btf', tmp_path / 'objbtf.btf'
+    run(newest_pahole, '-J', '--btf_features=default,attributes', '--btf_encode_detached', theirs,
+        program)
+    objbtf('link', '--btf-features', 'default,attributes', '--output', ours, program)
+    decls = {side: function_decls(parse_btf(path.read_bytes()))
+             for side, path in (('pahole', theirs), ('objbtf', ours))}
+    assert decls['objbtf'] == decls['pahole']
+    btf = parse_btf(ours.read_bytes())
+    tagged = {}
+    for _, func in btf.own():
+        if func.kind is Kind.FUNC:
+            proto = btf[func.type]
+            slots = [('return', proto.type)] + [(p.name, p.type) for p in proto.items]
+            tagged[func.name] = [slot for slot, ref in slots
+                                 if btf[ref].kind is Kind.PTR
+                                 and btf[btf[ref].type].kind is Kind.TYPE_TAG
+                                 and btf[btf[ref].type].name == 'address_space(1)'
+                                 and btf[btf[ref].type].kflag == 1]
+    assert tagged == {'kf_arena_alloc': ['return', 'addr'], 'kf_arena_free': ['page'],
+                      'kf_arena_first': ['page'], 'kf_plain': [], 'kf_arena_user': []}
+    assert objbtf('check', ours).returncode == 0
+    verdict = kernel_loader(ours.read_bytes())
+    assert verdict.ok, verdict.log[-2000:]
+    plain = tmp_path / 'plain.btf'
+    objbtf('link', '--output', plain, program)
+    assert 'address_space' not in run(need('bpftool'), 'btf', 'dump', 'file', plain).stdout

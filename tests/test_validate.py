@@ -16,16 +16,31 @@ import pytest
 from fixtures.btf import inputs
 from objbtf.btf import Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinfo, encode_btf
 from objbtf.btf import BtfError, parse_btf
+from objbtf.btf.header import BtfHeader
 from objbtf.btf.kinds import FUNC_EXTERN, VAR_GLOBAL_EXTERN
 from objbtf.btf.validate import Problem, first_problem, pointer_size, validate, validate_bytes
-from objbtf.btf.writer import type_offsets
+from objbtf.btf.writer import type_offsets, with_kind_layout
 
 Mutation = Callable[[Btf, dict[str, int]], None]
 
 
+_KNOWS_KIND_LAYOUT: list[bool] = []
+
+
+def knows_kind_layout(load) -> bool:
+    """Whether the running kernel reads the 32-byte header that locates a
+    kind layout section (Linux 7.x), asked of it once with a valid blob
+    that has one."""
+    if not _KNOWS_KIND_LAYOUT:
+        blob = with_kind_layout(encode_btf(inputs.zoo()[0]))
+        assert validate_bytes(blob) == []
+        _KNOWS_KIND_LAYOUT.append(load(blob).ok)
+    return _KNOWS_KIND_LAYOUT[0]
+
+
 def verdict_mismatch(blob: bytes, load) -> str | None:
-    """Why our verdict on ``blob`` differs from the kernel's, or None."""
-    ours = validate_bytes(blob)
+    """Why our verdict on ``blob`` differs from the running kernel's, or None."""
+    ours = validate_bytes(blob, kind_layout=knows_kind_layout(load))
     theirs = load(blob)
     if bool(ours) == (not theirs.ok):
         return None
@@ -576,16 +591,53 @@ RAW_ACCEPTED: dict[str, Callable[[], bytes]] = {
 @pytest.mark.parametrize('name', sorted(RAW_REJECTED))
 def test_raw_rule_rejected_by_both(name, kernel_loader):
     blob = RAW_REJECTED[name]()
-    assert validate_bytes(blob), f'{name}: validate_bytes() finds no problem'
+    assert validate_bytes(blob, kind_layout=knows_kind_layout(kernel_loader)), \
+        f'{name}: validate_bytes() finds no problem'
     assert not kernel_loader(blob).ok, f'{name}: the kernel accepts it'
 
 
 @pytest.mark.parametrize('name', sorted(RAW_ACCEPTED))
 def test_raw_near_miss_accepted_by_both(name, kernel_loader):
     blob = RAW_ACCEPTED[name]()
-    assert validate_bytes(blob) == [], name
+    assert validate_bytes(blob, kind_layout=knows_kind_layout(kernel_loader)) == [], name
     verdict = kernel_loader(blob)
     assert verdict.ok, f'{name}: the kernel rejects it: {verdict.log[-300:]}'
+
+
+# -- the kind layout section (Linux 7.x, pahole's "layout") ------------------
+
+def test_a_kind_layout_blob_passes_where_the_kernel_knows_the_header():
+    """with_kind_layout: a 32-byte header, the zoo's types, libbpf's table of
+    the kinds (``struct btf_layout``: info and entry sizes), its strings; the
+    same types read back; refused by a kernel before 7.x, whose header is
+    24 bytes, as by 6.18's ("Unsupported btf_header")."""
+    plain = encode_btf(inputs.zoo()[0])
+    blob = with_kind_layout(plain)
+    h = BtfHeader.read(blob)
+    assert (h.hdr_len, h.layout_off, h.layout_len) == (32, h.type_len, 4 * len(Kind))
+    assert h.str_off == h.type_len + h.layout_len and h.size == len(blob)
+    assert h.kind_layout(blob)[4 * Kind.STRUCT:4 * Kind.STRUCT + 2] == bytes([0, 12])
+    assert h.kind_layout(blob)[4 * Kind.INT:4 * Kind.INT + 2] == bytes([4, 0])
+    assert [t.key() for _, t in parse_btf(blob).own()] == \
+        [t.key() for _, t in parse_btf(plain).own()]
+    assert validate_bytes(blob) == []
+    [problem] = validate_bytes(blob, kind_layout=False)
+    assert 'bytes past the 24' in problem.message
+    assert validate_bytes(blob, linux_6_1=True)
+
+
+@pytest.mark.parametrize('change, message', [
+    (lambda b: struct.pack_into('<I', b, 28, 84), 'overlaps'),      # into the strings
+    (lambda b: struct.pack_into('<I', b, 28, 0), 'gap of 80 bytes'),  # no section there
+    (lambda b: struct.pack_into('<I', b, 24, 1 << 20), 'gap of 80 bytes'),
+])
+def test_a_damaged_kind_layout_section_is_refused(change, message):
+    """btf_check_sec_info with three sections: they tile what follows the
+    header, in the kernel's order of checks (a gap before an overlap)."""
+    blob = bytearray(with_kind_layout(encode_btf(inputs.zoo()[0])))
+    change(blob)
+    problems = validate_bytes(bytes(blob))
+    assert problems and message in problems[0].message, problems
 
 
 def test_big_endian_blob_is_read_in_its_byte_order():

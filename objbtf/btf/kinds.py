@@ -20,6 +20,11 @@ from enum import IntEnum
 BTF_MAGIC = 0xEB9F
 BTF_VERSION = 1
 BTF_HEADER_LEN = 24
+#: The header that also locates a kind layout section (``layout_off``,
+#: ``layout_len``: Linux 7.x, libbpf 1.7, pahole's ``layout`` feature).
+BTF_LAYOUT_HEADER_LEN = 32
+#: Bytes of one kind's ``struct btf_layout``: info_sz, elem_sz (u8 each), flags (u16).
+KIND_LAYOUT_LEN = 4
 #: Bytes of ``struct btf_type``: name_off, info, size/type.
 TYPE_HEAD_LEN = 12
 #: Where the size-or-type word sits in ``struct btf_type``.
@@ -214,6 +219,13 @@ class KindRegistry:
         self.not_deduped = kinds(lambda i: not i.deduped)
         self.composite = kinds(lambda i: i.family == COMPOSITE)
         self.enums = kinds(lambda i: i.family == ENUMS)
+        #: libbpf's ``struct btf_layout`` of each kind number up to the
+        #: highest known (0s for unknown numbers below it): the bytes after
+        #: ``struct btf_type``, and of each of its vlen entries.
+        self.layout = bytes(
+            b for info in self.by_number[:self.infos[-1].number + 1]
+            for b in ((info.fixed_len, info.entry_len if info.vlen == ENTRIES else 0, 0, 0)
+                      if info is not None else (0, 0, 0, 0)))
         self.by_kflag: dict[str, frozenset] = {
             meaning: kinds(lambda i, m=meaning: i.kflag == m)
             for meaning in {i.kflag for i in self.infos if i.kflag}}

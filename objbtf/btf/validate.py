@@ -13,10 +13,12 @@ The kernel checks BTF in passes and rejects a blob at the first problem:
 This module repeats those rules: where the kernel's verdict depends on the
 order of its walk (depth and loops), the walk is the same.  The rules are
 Linux 6.1's (the reference kernel), which newer kernels keep, plus those that
-newer kernels added.  Two rules were relaxed after 6.1: DATASEC names may be
-any printable text (6.1: identifiers) and TYPE_TAG and DECL_TAG may carry
-kind_flag (6.13, for attribute tags, which recent vmlinux BTF has).  They
-follow the newer kernels unless ``linux_6_1`` asks for the old ones.
+newer kernels added.  Three rules were relaxed after 6.1: DATASEC names may be
+any printable text (6.1: identifiers), TYPE_TAG and DECL_TAG may carry
+kind_flag (6.13, for attribute tags, which recent vmlinux BTF has), and the
+header may be 32 bytes, locating a kind layout section (7.x; 6.x kernels
+refuse a header whose bytes past the 24th are not zero).  They follow the
+newer kernels unless ``linux_6_1`` asks for the old ones.
 
 ``validate`` checks the in-memory model; ``validate_bytes`` checks a raw blob,
 including what the model cannot express (header, layout, reserved bits, name
@@ -30,6 +32,7 @@ from typing import Final
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cmp_to_key
 
 from .. import c_extension
 from ..errors import shown
@@ -37,9 +40,9 @@ from .errors import BtfError
 from .header import BtfHeader, byteorder_of, header_len, magic_order
 # Kinds by their module-level names: ``Kind.X`` costs a descriptor call.
 from .kinds import (
-    ARRAY, BTF_HEADER_LEN, BTF_MAGIC, BTF_VERSION, CONST, DATASEC, DECL_TAG, ENUM, ENUM64,
-    FLOAT, FUNC, FUNC_PROTO, FWD, INT, KINDS, MAX_RESOLVE_DEPTH, PTR, RESTRICT, STRUCT,
-    TYPE_TAG, TYPEDEF, UNION, UNKN, VAR, VOLATILE,
+    ARRAY, BTF_HEADER_LEN, BTF_LAYOUT_HEADER_LEN, BTF_MAGIC, BTF_VERSION, CONST, DATASEC,
+    DECL_TAG, ENUM, ENUM64, FLOAT, FUNC, FUNC_PROTO, FWD, INT, KIND_LAYOUT_LEN, KINDS,
+    MAX_RESOLVE_DEPTH, PTR, RESTRICT, STRUCT, TYPE_TAG, TYPEDEF, UNION, UNKN, VAR, VOLATILE,
 )
 from .reader import parse_btf, read_leniently
 from .strings import StringReader
@@ -152,15 +155,17 @@ def first_problem_among(btf: Btf, type_ids: Iterable[int],
     return problems[0] if problems else None
 
 
-def validate_bytes(data: bytes, base: Btf | None = None,
-                   linux_6_1: bool = False, ptr_size: int = 0) -> list[Problem]:
+def validate_bytes(data: bytes, base: Btf | None = None, linux_6_1: bool = False,
+                   ptr_size: int = 0, kind_layout: bool = True) -> list[Problem]:
     """Problems the kernel would find in a raw BTF blob (split on ``base`` if given).
 
     The blob may be in either byte order: it is checked as the kernel of an
     architecture with that byte order would check it; ``ptr_size`` as for
-    ``validate``.
+    ``validate``.  ``kind_layout``: the kernel knows the 32-byte header that
+    locates a kind layout section (Linux 7.x; not with ``linux_6_1``).
     """
-    problems, header = _check_layout(data, split=base is not None)
+    problems, header = _check_layout(data, base is not None,
+                                     kind_layout and not linux_6_1)
     if header is None:
         return problems
     problems = []
@@ -187,8 +192,10 @@ def _layout_problem(message: str) -> tuple[list[Problem], None]:
     return [Problem(None, '', '', message)], None
 
 
-def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], BtfHeader | None]:
+def _check_layout(data: bytes, split: bool,
+                  kind_layout: bool = True) -> tuple[list[Problem], BtfHeader | None]:
     """The kernel's header and section checks; a header when they pass."""
+    known = BTF_LAYOUT_HEADER_LEN if kind_layout else BTF_HEADER_LEN
     size = len(data)
     if size > BTF_MAX_SIZE:
         return _layout_problem(f'{size} bytes, more than the {BTF_MAX_SIZE} the kernel takes')
@@ -200,10 +207,10 @@ def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], BtfHeader | 
     hdr_len = header_len(data, order)
     if hdr_len > size:
         return _layout_problem(f'header length {hdr_len} runs past the {size} bytes of data')
-    if hdr_len > BTF_HEADER_LEN and any(data[BTF_HEADER_LEN:hdr_len]):
-        return _layout_problem(f'header length {hdr_len}: bytes past the {BTF_HEADER_LEN} '
+    if hdr_len > known and any(data[known:hdr_len]):
+        return _layout_problem(f'header length {hdr_len}: bytes past the {known} '
                                'the kernel knows must be zero')
-    header = BtfHeader.read_as_kernel(data, order, hdr_len)
+    header = BtfHeader.read_as_kernel(data, order, hdr_len, known)
     if header.magic != BTF_MAGIC:
         return _layout_problem(f'bad magic {header.magic:#06x} within header length {hdr_len}')
     if header.version != BTF_VERSION:
@@ -212,18 +219,24 @@ def _check_layout(data: bytes, split: bool) -> tuple[list[Problem], BtfHeader | 
         return _layout_problem(f'flags {header.flags:#x}, must be 0')
     if not split and size == hdr_len:
         return _layout_problem('no data after the header')
-    message = (_sections_problem(header, size - hdr_len) or _strings_problem(data, header, split)
-               or _types_problem(header, split))
+    message = (_sections_problem(header, size - hdr_len)
+               or _strings_problem(data, header, split, known)
+               or _kind_layout_problem(header, size) or _types_problem(header, split))
     if message:
         return _layout_problem(message)
     return [], header
 
 
+def _has_kind_layout(h: BtfHeader) -> bool:
+    return h.hdr_len >= BTF_LAYOUT_HEADER_LEN and h.layout_len != 0
+
+
 def _sections_problem(h: BtfHeader, expected: int) -> str | None:
     """Sections must tile the data after the header: no gap, no overlap."""
     secs = [('type', h.type_off, h.type_len), ('string', h.str_off, h.str_len)]
-    if _sec_cmp(secs[0], secs[1]) > 0:
-        secs.reverse()
+    if _has_kind_layout(h):
+        secs.append(('kind layout', h.layout_off, h.layout_len))
+    secs.sort(key=cmp_to_key(_sec_cmp))
     total = 0
     for what, off, length in secs:
         if off > expected:
@@ -248,10 +261,12 @@ def _sec_cmp(x: tuple[str, int, int], y: tuple[str, int, int]) -> int:
     return s32(x[1] - y[1]) or s32(x[2] - y[2])
 
 
-def _strings_problem(data: bytes, h: BtfHeader, split: bool) -> str | None:
+def _strings_problem(data: bytes, h: BtfHeader, split: bool, known: int) -> str | None:
     start = h.hdr_len + h.str_off
     end = start + h.str_len
-    if end != len(data):
+    # (a kernel that knows the 32-byte header wants strings last only below it)
+    last = known == BTF_HEADER_LEN or h.hdr_len < BTF_LAYOUT_HEADER_LEN
+    if last and end != len(data):
         return 'the string section is not the last section'
     if split and not h.str_len:
         return None
@@ -263,6 +278,20 @@ def _strings_problem(data: bytes, h: BtfHeader, split: bool) -> str | None:
         return 'the string section does not end with NUL'
     if not split and data[start]:
         return 'the string section does not start with NUL'
+    return None
+
+
+def _kind_layout_problem(h: BtfHeader, size: int) -> str | None:
+    """btf_parse_layout_sec: a whole number of 4-byte entries, aligned."""
+    if not _has_kind_layout(h):
+        return None
+    if h.layout_off % 4:
+        return f'kind layout section offset {h.layout_off} is not 4-byte aligned'
+    if h.layout_len % KIND_LAYOUT_LEN:
+        return (f'kind layout section of {h.layout_len} bytes, not a multiple of '
+                f'{KIND_LAYOUT_LEN}')
+    if h.hdr_len + h.layout_off + h.layout_len > size:
+        return 'the kind layout section runs past the end of the data'
     return None
 
 

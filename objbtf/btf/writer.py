@@ -88,6 +88,18 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
     return BtfHeader.for_sections(order, len(types), len(sdata)).pack() + types + sdata
 
 
+def with_kind_layout(blob: bytes, kinds: KindRegistry = KINDS) -> bytes:
+    """``blob`` with a kind layout section (``kinds.layout``) between its
+    types and its strings, under a 32-byte header, as libbpf writes BTF made
+    with ``add_layout`` (pahole's ``layout`` feature): a reader that does not
+    know a kind can still step over it.  Linux 7.x reads it; older kernels
+    refuse the longer header, so it is for base BTF of kernels that know it."""
+    h = BtfHeader.read(blob)
+    layout = kinds.layout
+    header = BtfHeader.for_sections(h.order, h.type_len, h.str_len, len(layout))
+    return header.pack() + bytes(h.types(blob)) + layout + bytes(h.strings(blob))
+
+
 def rewrite_type(buf: bytearray, pos: int, t: BtfType, byteorder: str,
                  kinds: KindRegistry = KINDS) -> None:
     """Writes ``t``'s size-or-type word and the words after it over the type

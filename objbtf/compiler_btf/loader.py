@@ -129,6 +129,7 @@ class _Symbols:
                     self.functions.setdefault(key, s)
             elif s.type in (STT_OBJECT, STT_NOTYPE):
                 self.objects.setdefault(s.name, s)
+        self.aliases = _aliases(defined)
         self.placements: dict[int, VarPlacement] = {}
         self.placed: set[str] = set()
 
@@ -138,7 +139,7 @@ class _Symbols:
         data symbol of its exact name: GCC names function-scope statics
         NAME.N) of a non-empty type, not a name pahole skips, in a percpu
         section unless ``global_var``.  If so, its sort key and linkage."""
-        if name in self.placed or name.startswith(SKIPPED_VAR_PREFIXES):
+        if name in self.placed or name in self.aliases or name.startswith(SKIPPED_VAR_PREFIXES):
             return None
         sym = self.objects.get(name)
         if sym is None or sym.shndx >= len(self.elf.sections) or size == 0:
@@ -479,6 +480,25 @@ class _Loader:
             nelems *= cast(int, inner_nelems)
             elem = inner_elem
         return elem, nelems & 0xffffffff
+
+
+def _aliases(defined: list[Symbol]) -> set[str]:
+    """Data symbols that name an object an earlier symbol already names
+    (same section, address and size): aliases (``__attribute__((alias))``,
+    Linux 7.x's ``SYM_PIC_ALIAS``), which GCC's BTF lists as VARs of their
+    own but DWARF only declares, so pahole encodes the object once, under
+    its own name."""
+    first: dict[tuple[int, int, int], str] = {}
+    aliases: set[str] = set()
+    for s in sorted(defined, key=lambda s: s.index):
+        if s.type != STT_OBJECT or not s.size:
+            continue
+        where = (s.shndx, s.value, s.size)
+        if where in first:
+            aliases.add(s.name)
+        else:
+            first[where] = s.name
+    return aliases
 
 
 def _place_key(sym: Symbol) -> tuple[int, int, str]:
