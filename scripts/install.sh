@@ -10,13 +10,20 @@ pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip python3-dev strace
       lld llvm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu
       gcc-s390x-linux-gnu binutils-s390x-linux-gnu
       # the encode cache's test and benchmark with a compiler cache
-      ccache)
+      ccache
+      # the newest pahole, built from vendor/ (scripts/build-pahole.sh)
+      cmake libdw-dev zlib1g-dev
+      # the boot test: a built kernel in QEMU, a busybox initramfs, a libbpf loader
+      qemu-system-x86 busybox-static libbpf-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# Linux 7.2's source, which Debian 12's suites lack: downloaded once from
+# Debian's development suite (not installed; scripts/get-linux-source.sh).
+scripts/get-linux-source.sh 7.2 >/dev/null
 # Debian's own python3 refuses system-wide pip installs (PEP 668); other
 # interpreters (pyenv, a venv) take the plain command.
 python3 -m pip install -q -e '.[test]' 2>/dev/null \

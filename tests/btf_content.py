@@ -24,9 +24,11 @@ the rule that derives it from the tree rather than a list of names:
   inline, without a symbol, with another prototype: pahole may take that
   one's, objbtf records only the definitions with a symbol.
 - FUNCs one side lacks: objbtf follows pahole 1.31's function rules, which
-  1.24 lacks; which FUNCs each has is derived from the symbol table by the
-  tests of the function rules (test_link_kernel.py), so ``unexplained``
-  compares the prototypes of the FUNCs both have, and only those.
+  1.24 lacks, and the newest pahole adds one (``optimized_clones``); which
+  FUNCs each has is derived from the symbol table by the tests of the
+  function rules (test_functions.py, test_link_kernel.py), so
+  ``unexplained`` compares the prototypes of the FUNCs both have, and only
+  those.
 """
 from __future__ import annotations
 
@@ -77,13 +79,44 @@ def definitions(objs: Iterable[Path], names: Iterable[str]) -> dict[str, list[tu
     return out
 
 
+#: The symbol suffixes of GCC's clones whose parameters may differ from the
+#: source's (the newest pahole's list, btf_encoder.c).
+OPTIMIZED_CLONE = re.compile(r'\.(?:constprop|isra)\b')
+
+
+def optimized_clones(binary: Path, names: Iterable[str]) -> set[str]:
+    """Those of ``names`` whose only function symbols in ``binary`` are GCC's
+    optimized clones (``foo.constprop.0``, ``foo.isra.0``).  The newest
+    pahole leaves out such a function when a parameter is optimized out
+    (dwarves commit fb8328e: the clone may take its parameters in other
+    registers); objbtf keeps it, as pahole 1.31 did.  This is the symbol
+    half of that rule; the parameter half is in the clone's DWARF."""
+    keys: dict[str, set[str]] = {}
+    with ElfFile.open(str(binary)) as elf:
+        for s in elf.symbols():
+            key = function_key(s.name) if s.type == STT_FUNC and s.shndx else None
+            if key is not None:
+                keys.setdefault(key, set()).add(s.name)
+    return {name for name in names
+            if keys.get(name) and all(OPTIMIZED_CLONE.search(n) for n in keys[name])}
+
+
+#: The prefix of the aliases Linux 7.x gives the variables its
+#: position-independent startup code uses (SYM_PIC_ALIAS: ``__pi_gdt_page``).
+PIC_ALIAS = '__pi_'
+
+
 def percpu_symbols(path: Path) -> Counter:
     """(name, offset in .data..percpu) of each percpu variable of ``path``'s
-    symbol table, counted (same-name statics of several objects)."""
+    symbol table, counted (same-name statics of several objects); an alias
+    ``__pi_X`` at the offset of ``X`` is the same variable, not another."""
     with ElfFile.open(str(path)) as elf:
         percpu = elf.section_by_name('.data..percpu')
-        return Counter((s.name, s.value - percpu.addr) for s in elf.symbols()
-                       if s.shndx == percpu.index and s.type == STT_OBJECT and s.size)
+        found = Counter((s.name, s.value - percpu.addr) for s in elf.symbols()
+                        if s.shndx == percpu.index and s.type == STT_OBJECT and s.size)
+    return Counter({(name, at): n for (name, at), n in found.items()
+                    if not (name.startswith(PIC_ALIAS)
+                            and (name[len(PIC_ALIAS):], at) in found)})
 
 
 def weak_and_strong(objs: Iterable[Path], names: Iterable[str]) -> set[str]:

@@ -31,6 +31,10 @@ if str(BENCH) not in sys.path:
 # server (tests/test_resident.py): a server per tmp directory would linger
 # after each test.  OBJBTF_RESIDENT=1 runs the suite through servers.
 os.environ.setdefault('OBJBTF_RESIDENT', '0')
+# Every kernel the tests build has build number 1: the banner's length is
+# the length of a char array in vmlinux's BTF (linux_banner), so a relink
+# from #9 to #10 would change the BTF of an unchanged tree.
+os.environ.setdefault('KBUILD_BUILD_VERSION', '1')
 
 TOOLS = {'gcc': 'gcc', 'clang': 'clang', 'pahole': 'dwarves', 'pfunct': 'dwarves',
          'bpftool': 'bpftool',
@@ -159,6 +163,19 @@ def pahole_vmlinux_btf(kernel_build, tmp_path_factory) -> bytes:
     run('pahole', '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_encode_detached',
         out, kernel_build / 'vmlinux')
     return out.read_bytes()
+
+
+@pytest.fixture(scope='session')
+def newest_pahole(request, tmp_path_factory) -> Path:
+    """The newest pahole's binary, built from vendor/ once a run (into
+    ``--keep-builds`` DIR when given, and reused from there)."""
+    from newest_pahole import built
+    for tool in ('cmake', 'make', 'gcc'):
+        if shutil.which(tool) is None:
+            pytest.fail(f'{tool} is not installed; the newest pahole is built from vendor/ '
+                        'with it (scripts/install.sh installs it)')
+    kept = request.config.getoption('--keep-builds')
+    return built(kept if kept is not None else tmp_path_factory.mktemp('pahole'))
 
 
 # --- the kernel builds: one session fixture per row of kernel_matrix.MATRIX ---

@@ -29,12 +29,31 @@ from conftest import KCONFIG, ROOT, need, objbtf, run
 from kernel_matrix import Build
 
 INTEGRATION = ROOT / 'kbuild-integration'
-#: The files each version's patches change, relative to the top of the source.
-_PATCHED = ['scripts/Kbuild.include', 'scripts/Makefile.build', 'scripts/Makefile.lib',
-            'scripts/mod/modpost.c', 'scripts/Makefile.vmlinux', 'scripts/Makefile.vmlinux_o',
-            'scripts/Makefile.modfinal', 'scripts/link-vmlinux.sh',
-            'include/asm-generic/vmlinux.lds.h']
-PATCHED = {version: _PATCHED + ['lib/Kconfig.debug'] for version in ('6.1', '6.12')}
+
+
+def _patch_targets(version: str) -> list[tuple[str, str]]:
+    """(the file before, the file after) of every file kbuild-integration's
+    patches for ``version`` touch, in order: '/dev/null' before for a new one."""
+    out: list[tuple[str, str]] = []
+    for patch in sorted((INTEGRATION / f'linux-{version}').glob('*.patch')):
+        lines = patch.read_text().splitlines()
+        for before, after in zip(lines, lines[1:]):
+            if before.startswith('--- ') and after.startswith('+++ b/'):
+                pair = (before[4:].split()[0].removeprefix('a/'), after[6:].split()[0])
+                if pair not in out:
+                    out.append(pair)
+    return out
+
+
+def patched_files(version: str) -> list[str]:
+    """The existing files of a Linux source that kbuild-integration's
+    patches for ``version`` change, in order."""
+    return [after for before, after in _patch_targets(version) if before != '/dev/null']
+
+
+def added_files(version: str) -> list[str]:
+    """The files kbuild-integration's patches for ``version`` add."""
+    return [after for before, after in _patch_targets(version) if before == '/dev/null']
 
 
 def layout_files(version: str) -> list[str]:
@@ -46,8 +65,21 @@ def layout_files(version: str) -> list[str]:
     return sorted(names)
 
 
+_TARBALLS: dict[str, Path] = {}
+
+
 def tarball(version: str) -> Path:
-    return Path(f'/usr/src/linux-source-{version}.tar.xz')
+    """Debian's linux-source-VERSION tarball, as scripts/get-linux-source.sh
+    finds it (installed with the package, or, for a version the machine's
+    Debian suites lack, such as 7.2, downloaded from the development suite
+    once and kept)."""
+    if version not in _TARBALLS:
+        r = run(ROOT / 'scripts' / 'get-linux-source.sh', version, check=False)
+        if r.returncode != 0:
+            pytest.fail(f'no source of Linux {version}: scripts/get-linux-source.sh says '
+                        f'{r.stderr.strip()[-500:]}')
+        _TARBALLS[version] = Path(r.stdout.strip())
+    return _TARBALLS[version]
 
 
 def kernel_source(dest: Path, version: str = '6.1', files: Sequence[str] | None = None) -> Path:
@@ -65,8 +97,6 @@ def kernel_source(dest: Path, version: str = '6.1', files: Sequence[str] | None 
 
 def _extract(version: str, dest: Path, files: Sequence[str] = ()) -> None:
     archive = tarball(version)
-    if not archive.exists():
-        pytest.fail(f'{archive} is missing (Debian package linux-source-{version})')
     dest.mkdir(parents=True)
     run('tar', '-xf', archive, '-C', dest, '--strip-components=1',
         *[f'linux-source-{version}/{f}' for f in files])
@@ -81,7 +111,7 @@ def _quick_files(version: str) -> Path:
     extracted once per run (and removed when it ends): a member of the
     tarball costs a decompression of all of it."""
     if version not in _QUICK:
-        names = set(PATCHED[version]) | set(layout_files(version)) | {'scripts/Kbuild.include'}
+        names = {*patched_files(version), *layout_files(version), 'scripts/Kbuild.include'}
         if version != '6.1':
             names.add('scripts/Makefile.btf')
         scratch = tempfile.mkdtemp(prefix=f'objbtf-linux-{version}-')
@@ -136,7 +166,8 @@ def vmlinux_members(build: Path) -> list[Path]:
 #: OBJBTF its .BTF.objects holds the objects' BTF), and the object holding
 #: the BTF that the final link puts in vmlinux.
 BTF_FILES = {'6.1': ('.tmp_vmlinux.btf', '.btf.vmlinux.bin.o'),
-             '6.12': ('.tmp_vmlinux1', '.tmp_vmlinux1.btf.o')}
+             '6.12': ('.tmp_vmlinux1', '.tmp_vmlinux1.btf.o'),
+             '7.2': ('.tmp_vmlinux1', '.tmp_vmlinux1.btf.o')}
 
 
 @dataclass
@@ -163,6 +194,20 @@ class KernelBuild:
 
     def config(self) -> str:
         return (self.build / '.config').read_text()
+
+    @property
+    def btf_script(self) -> Path:
+        """The script that runs the vmlinux link's BTF step (and, on 7.2,
+        the modules'): gen-btf.sh from 7.x on, link-vmlinux.sh before."""
+        gen_btf = self.src / 'scripts/gen-btf.sh'
+        return gen_btf if gen_btf.exists() else self.src / 'scripts/link-vmlinux.sh'
+
+    @property
+    def linked_vmlinux(self) -> Path:
+        """The file whose saved command is link-vmlinux.sh's: 7.x links
+        vmlinux.unstripped and copies it to vmlinux without relocations."""
+        unstripped = self.build / 'vmlinux.unstripped'
+        return unstripped if unstripped.exists() else self.build / 'vmlinux'
 
     @property
     def btf_object(self) -> Path:
@@ -248,6 +293,12 @@ def build_args(row: Build) -> tuple[str, ...]:
     return row.make_args()
 
 
+def fragment_path(name: str) -> Path:
+    """A matrix row's config fragment: the tests' own, or the integration's."""
+    own = KCONFIG / name
+    return own if own.exists() else INTEGRATION / 'configs' / name
+
+
 def build_row(row: Build, top: Path) -> KernelBuild:
     """The build of kernel_matrix's ``row`` in ``top`` (deleted with
     ``remove_scratch(row.fixture)``), its .config checked for what its
@@ -255,7 +306,7 @@ def build_row(row: Build, top: Path) -> KernelBuild:
     for tool in row.tools():
         need(tool)
     tree = patched_build(scratch(row.fixture, top), row.version, build_args(row),
-                         fragments=[KCONFIG / f for f in row.fragments])
+                         fragments=[fragment_path(f) for f in row.fragments])
     config = tree.config()
     missing = [line for line in row.expect_config if line not in config.splitlines()]
     assert missing == [], f'{row.describe()}: Kconfig did not keep {missing}'
@@ -313,6 +364,27 @@ def blob_length(data: bytes) -> int:
     _, _, str_off, str_len = struct.unpack_from('<IIII', data, 8)
     return hdr_len + str_off + str_len
 
+
+
+#: The modules of the reference config (7.2's networking options add more).
+REFERENCE_MODULES = {'dummy.ko', 'veth.ko', 'tun.ko'}
+
+
+def vdso_image(build: Path) -> Path:
+    """The x86_64 vDSO image (7.2 keeps it in vdso/vdso64/)."""
+    [vdso] = (build / 'arch/x86/entry/vdso').rglob('vdso64.so')
+    return vdso
+
+
+def assert_the_running_kernel_accepts(vmlinux: Path) -> None:
+    """``objbtf check --kernel``: the running kernel loads vmlinux's BTF.
+    BTF with a kind layout section (7.2's ``layout``), which kernels before
+    7.x refuse, is loaded by its own kernel instead, booted (test_boot.py)."""
+    from objbtf.btf.header import BtfHeader
+    if BtfHeader.read(sections(vmlinux)['.BTF'][0]).layout_len:
+        return
+    kernel = objbtf('check', '--kernel', vmlinux, check=False)
+    assert kernel.returncode == 0, kernel.stdout + kernel.stderr
 
 
 def assert_valid_split_btf(vmlinux: Path, ko: Path) -> None:

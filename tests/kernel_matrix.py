@@ -11,8 +11,8 @@ fixture names; conftest.py reads that off each collected test, marks it
   which also serves the reference-kernel tests: its objects keep their
   DWARF);
 - ``ci``: ``--tier ci``, what CI runs: one build per axis, each supported
-  kernel version and the DWARF-less mode, plus one of the ``ROTATION``
-  (clang, cross architectures) chosen from the commit;
+  kernel version and the DWARF-less mode (on the newest version), plus one
+  of the ``ROTATION`` (clang, cross architectures) chosen from the commit;
 - ``full``: ``--tier full``, every row.
 
 ``--build FIXTURE`` adds a row to any tier; ``--keep-builds=DIR`` makes the
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TIERS = ('default', 'ci', 'full')
+#: The Linux versions kbuild-integration supports (a linux-VERSION/ patch set each).
+VERSIONS = ('6.1', '6.12', '7.2')
 
 #: Make arguments of each architecture built with a cross compiler.
 CROSS = {'arm64': ('ARCH=arm64', 'CROSS_COMPILE=aarch64-linux-gnu-'),
@@ -35,6 +37,15 @@ CROSS = {'arm64': ('ARCH=arm64', 'CROSS_COMPILE=aarch64-linux-gnu-'),
 TOOLS = {'clang': ('clang', 'ld.lld', 'llvm-objcopy', 'llvm-nm', 'llvm-ar'),
          'arm64': ('aarch64-linux-gnu-gcc', 'aarch64-linux-gnu-ld'),
          's390x': ('s390x-linux-gnu-gcc', 's390x-linux-gnu-ld')}
+
+
+#: kbuild-integration/configure's default fragment.
+REFERENCE_CONFIG = 'reference.config'
+#: The reference config and what the boot test needs (tests/test_boot.py).
+BOOTABLE = (REFERENCE_CONFIG, 'boot.config')
+BOOT_FRAGMENT = 'boot.config'
+#: What BOOT_FRAGMENT is there for, checked in each such build's .config.
+BOOT_CONFIG = ('CONFIG_FUNCTION_TRACER=y', 'CONFIG_BPF_EVENTS=y')
 
 
 @dataclass(frozen=True)
@@ -46,13 +57,18 @@ class Build:
     toolchain: str = 'gcc'       # 'gcc' or 'clang' (LLVM=1)
     arch: str = 'x86_64'
     mode: str = 'dwarf'          # 'dwarf', or 'gbtf': DWARF-less (OBJBTF_GBTF=1)
-    #: Config fragments of tests/fixtures/kconfig on top of tinyconfig; none:
-    #: the reference config (kbuild-integration/configs/reference.config).
+    #: Config fragments on top of tinyconfig, in order: tests/fixtures/kconfig's,
+    #: or kbuild-integration/configs' (REFERENCE_CONFIG: the reference config).
     fragments: tuple[str, ...] = ()
     #: Lines the resulting .config must have (the fragments' point).
     expect_config: tuple[str, ...] = ()
     #: Builds this one's tests compare it with (a DWARF-less build's DWARF twin).
     needs: tuple[str, ...] = ()
+
+    @property
+    def bootable(self) -> bool:
+        """Whether the boot test boots this build in QEMU."""
+        return BOOT_FRAGMENT in self.fragments and self.arch == 'x86_64'
 
     def make_args(self) -> tuple[str, ...]:
         """What every make of this build takes, configure's too, but the
@@ -64,7 +80,7 @@ class Build:
         return TOOLS.get(self.toolchain, ()) + TOOLS.get(self.arch, ())
 
     def describe(self) -> str:
-        config = '+'.join(Path(f).stem for f in self.fragments) or 'reference'
+        config = '+'.join(Path(f).stem for f in self.fragments)
         return f'{self.version} {self.toolchain} {self.arch} {self.mode} ({config} config)'
 
 
@@ -72,11 +88,14 @@ class Build:
 #: version together, so that its patched copy is deleted once they are done,
 #: and each build right before those that need it.
 MATRIX = (
-    Build('kbuild_6_1', '6.1', 'default'),
-    Build('kbuild_6_1_gbtf', '6.1', 'full', mode='gbtf', needs=('kbuild_6_1',)),
+    Build('kbuild_6_1', '6.1', 'default', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
+    Build('kbuild_6_1_gbtf', '6.1', 'full', mode='gbtf', fragments=BOOTABLE,
+          expect_config=BOOT_CONFIG,
+          needs=('kbuild_6_1',)),
     Build('kbuild_6_1_gbtf_kallsyms', '6.1', 'full', mode='gbtf',
           fragments=('small.config', 'x86_64.config'), expect_config=('CONFIG_KALLSYMS=y',)),
-    Build('kbuild_6_1_llvm', '6.1', 'rotation', toolchain='clang'),
+    Build('kbuild_6_1_llvm', '6.1', 'rotation', toolchain='clang', fragments=BOOTABLE,
+          expect_config=BOOT_CONFIG),
     Build('kbuild_6_1_arm64', '6.1', 'rotation', arch='arm64', fragments=('small.config',),
           expect_config=('CONFIG_KALLSYMS=y',)),
     Build('kbuild_6_1_i386', '6.1', 'rotation', arch='i386',
@@ -85,9 +104,15 @@ MATRIX = (
     Build('kbuild_6_1_s390x', '6.1', 'full', arch='s390x', fragments=('small.config',)),
     Build('kbuild_6_1_lto', '6.1', 'full', toolchain='clang', fragments=('lto-small.config',),
           expect_config=('CONFIG_LTO_CLANG_THIN=y',)),
-    Build('kbuild_6_12', '6.12', 'ci'),
-    Build('kbuild_6_12_gbtf', '6.12', 'ci', mode='gbtf', needs=('kbuild_6_12',)),
-    Build('kbuild_6_12_llvm', '6.12', 'rotation', toolchain='clang'),
+    Build('kbuild_6_12', '6.12', 'ci', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
+    Build('kbuild_6_12_gbtf', '6.12', 'full', mode='gbtf', fragments=BOOTABLE,
+          expect_config=BOOT_CONFIG,
+          needs=('kbuild_6_12',)),
+    Build('kbuild_6_12_llvm', '6.12', 'rotation', toolchain='clang', fragments=BOOTABLE,
+          expect_config=BOOT_CONFIG),
+    Build('kbuild_7_2', '7.2', 'ci', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
+    Build('kbuild_7_2_gbtf', '7.2', 'ci', mode='gbtf', fragments=BOOTABLE,
+          expect_config=BOOT_CONFIG, needs=('kbuild_7_2',)),
 )
 BY_FIXTURE = {b.fixture: b for b in MATRIX}
 #: The slow-changing axes CI takes turns on, one a run: clang, a cross

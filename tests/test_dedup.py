@@ -436,7 +436,7 @@ def test_compiled_units(tmp_path):
     """The fixture units by gcc and clang, through pahole, concatenated."""
     units = pahole_units(tmp_path, UNITS)
     ours = check(concat(units))
-    counts = Counter(t.kind.name for _, t in ours.own())
+    counts = kind_counts(ours)
     assert counts['DECL_TAG'] and counts['TYPE_TAG'] and counts['ENUM64']
     names = Counter((t.kind.name, t.name) for _, t in ours.own())
     assert names['STRUCT', 'list_head'] == names['STRUCT', 'list_node'] == 1

@@ -18,14 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from btf_content import named_types, percpu_symbols, unexplained
+from btf_content import (inline_prototypes, named_types, optimized_clones, percpu_symbols,
+                         squash, unexplained)
 from btf_shapes import kind_counts
 from conftest import FIXTURES, need, objbtf, run
-from kbuild_tree import (INTEGRATION, PATCHED, KernelBuild, apply, assert_valid_split_btf,
-                         blob_length, kernel_source, layout_files,
+from kbuild_tree import (INTEGRATION, REFERENCE_MODULES, KernelBuild, added_files, apply,
+                         assert_the_running_kernel_accepts, assert_valid_split_btf, vdso_image,
+                         blob_length, kernel_source, layout_files, patched_files,
                          objbtf_command, patched_source, quick_command, sections, touched,
                          vmlinux_members)
+from kernel_matrix import VERSIONS
 from objbtf.btf import Kind, parse_btf
+from objbtf.btf.header import BtfHeader
+from objbtf.diff import compare, function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
 from saved_commands import saved_command
@@ -44,10 +49,11 @@ def digest(tree: Path) -> dict[str, str]:
 
 def apply_tree(tmp_path: Path, version: str) -> Path:
     """The files of Linux ``version`` that apply reads or patches."""
-    return kernel_source(tmp_path / 'linux', version, PATCHED[version] + layout_files(version))
+    return kernel_source(tmp_path / 'linux', version,
+                         patched_files(version) + layout_files(version))
 
 
-@pytest.mark.parametrize('version', ['6.1', '6.12'])
+@pytest.mark.parametrize('version', VERSIONS)
 def test_apply_is_idempotent(tmp_path, version):
     tree = apply_tree(tmp_path, version)
     before = digest(tree)
@@ -57,10 +63,12 @@ def test_apply_is_idempotent(tmp_path, version):
     assert first.stdout.splitlines() == [f'Linux {version} layout'] + \
         [f'applied: {p.name}' for p in patches(version)]
     patched = digest(tree)
-    assert set(patched) == set(before) | {'scripts/btf-objects.lds',
-                                          'scripts/btf-vmlinux-o.lds'}
-    assert all(patched[f] != before[f] for f in PATCHED[version])
-    assert '$(cmd_objbtf)' in (tree / 'scripts/Makefile.build').read_text()
+    assert set(patched) == set(before) | set(added_files(version))
+    assert 'scripts/btf-objects.lds' in added_files(version)
+    assert all(patched[f] != before[f] for f in patched_files(version))
+    [rules] = [f for f in ('scripts/Makefile.build', 'scripts/Makefile.lib')  # (7.2: .lib)
+               if f in patched and 'cmd_cc_o_c = ' in (tree / f).read_text()]
+    assert '$(cmd_objtool) \\\n\t\t$(cmd_objbtf)' in (tree / rules).read_text()
 
     second = apply(tree)
     assert second.returncode == 0, second.stderr
@@ -108,8 +116,11 @@ def set_makefile_version(tree: Path, patchlevel: str) -> None:
     # The layout decides, not the version string: each tree claiming the other version.
     ('6.1', 'says 6.12', "for 6.12, scripts/Makefile.btf is missing"),
     ('6.12', 'says 6.1', "for 6.1, scripts/pahole-flags.sh is missing"),
-    ('6.12', 'mainline layout', "mainline's layout (scripts/gen-btf.sh)"),
+    ('6.12', 'mainline layout', 'for 6.12, scripts/gen-btf.sh exists'),
     ('6.12', 'edited context', '3-modules.patch does not apply'),
+    ('7.2', 'says 6.12', "for 6.12, Makefile has no line 'VERSION = 6'"),
+    ('7.2', 'edited context', '0002-kbuild-btf-link-vmlinux-s-BTF-from-the-objects-BTF.patch '
+     'does not apply'),
 ])
 def test_apply_refuses_an_unknown_tree(tmp_path, version, damage, expected):
     tree = apply_tree(tmp_path, version)
@@ -122,6 +133,9 @@ def test_apply_refuses_an_unknown_tree(tmp_path, version, damage, expected):
         set_makefile_version(tree, damage.split('.')[-1])
     elif damage == 'mainline layout':
         (tree / 'scripts/gen-btf.sh').write_text('#!/bin/sh\n')
+    elif version == '7.2':
+        script = tree / 'scripts/gen-btf.sh'
+        script.write_text(script.read_text().replace('--btf_encode_detached=', '--btf_encode_to='))
     elif version == '6.1':
         script = tree / 'scripts/link-vmlinux.sh'
         script.write_text(script.read_text().replace('local pahole_ver\n', 'local ver\n'))
@@ -140,7 +154,8 @@ def test_apply_refuses_an_unknown_tree(tmp_path, version, damage, expected):
 def test_apply_refuses_a_directory_that_is_no_kernel(tmp_path):
     result = apply(tmp_path)
     assert result.returncode == 1
-    assert 'is not a Linux tree this integration supports (Linux 6.1, 6.12)' in result.stderr
+    assert ('is not a Linux tree this integration supports (Linux '
+            f'{", ".join(VERSIONS)})') in result.stderr
 
 
 # --- the command every make of a build runs objbtf with ----------------------
@@ -172,7 +187,7 @@ GOAL_VARIABLES = {'compile': ['need-compiler=1'], 'config': ['need-compiler=1', 
                   'install': []}
 
 
-@pytest.mark.parametrize('version', ['6.1', '6.12'])
+@pytest.mark.parametrize('version', VERSIONS)
 @pytest.mark.parametrize('quick', ['/opt/objbtf/objbtf-client', ''])
 @pytest.mark.parametrize('goal', ['compile', 'config', 'install'])
 def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick, goal):
@@ -216,7 +231,7 @@ def test_the_real_objbtf_names_its_quick_command(tmp_path):
 
 #: The builds of each version through the integration with gcc, each made
 #: once per run (kernel_matrix.py).
-BUILT = ['kbuild_6_1', 'kbuild_6_12']
+BUILT = ['kbuild_6_1', 'kbuild_6_12', 'kbuild_7_2']
 
 
 @pytest.fixture(scope='module', params=BUILT)
@@ -226,8 +241,11 @@ def kbuild(request) -> KernelBuild:
 
 @pytest.fixture(scope='module')
 def modules(kbuild):
+    """The build's modules: the reference config's three, and on 7.2 those
+    its networking options make modules."""
     kos = kbuild.modules()
-    assert len(kos) == 3 and all(ko.exists() for ko in kos)
+    assert REFERENCE_MODULES <= {ko.name for ko in kos}
+    assert all(ko.exists() for ko in kos)
     return kos
 
 
@@ -236,7 +254,7 @@ def test_objects_carry_btf_and_other_elf_files_do_not(kbuild):
     fork = sections(kbuild.build / 'kernel/fork.o')
     assert '.BTF' in fork and '.rela.BTF' in fork
     # The vDSO image is an ELF file mapped into every process: no BTF there.
-    assert '.BTF' not in sections(kbuild.build / 'arch/x86/entry/vdso/vdso64.so')
+    assert '.BTF' not in sections(vdso_image(kbuild.build))
 
 
 @pytest.mark.kernel
@@ -253,10 +271,15 @@ def test_links_check_their_objects_and_are_quiet(kbuild, modules):
     (vmlinux.a, the .mod file), and so fail on one built without objbtf;
     they print no summary without V=1."""
     assert 'objbtf link' not in kbuild.stderr
-    assert '--objects vmlinux.a' in (kbuild.src / 'scripts/link-vmlinux.sh').read_text()
+    script = kbuild.btf_script.read_text()
+    assert '--objects vmlinux.a' in script
     for ko in modules:
         saved = saved_command(ko)
-        assert f'--objects {ko.relative_to(kbuild.build).with_suffix(".mod")}' in saved
+        if kbuild.btf_script.name == 'gen-btf.sh':       # 7.2: the module's .mod from its .ko
+            assert f'gen-btf.sh --btf_base ./vmlinux {ko.relative_to(kbuild.build)}' \
+                in ' '.join(saved.split()) and '--objects "${ELF_FILE%.ko}.mod"' in script
+        else:
+            assert f'--objects {ko.relative_to(kbuild.build).with_suffix(".mod")}' in saved
 
 
 @pytest.mark.kernel
@@ -296,9 +319,9 @@ OBJECTS_BTF = {'.BTF', '.BTF.objbtf', '.BTF.addrs'}
 def test_vmlinux_o_has_the_objects_btf_only_when_vmlinux_is_linked_from_it(kbuild):
     """modpost's vmlinux.o carries the objects' BTF only where link-vmlinux.sh
     links vmlinux from it, with CONFIG_X86_KERNEL_IBT (6.12's reference
-    configuration; 6.1's has it off): else it would be a tenth of the tree."""
+    configuration and 7.2's; 6.1's has it off): else it would be a tenth of the tree."""
     ibt = '\nCONFIG_X86_KERNEL_IBT=y\n' in kbuild.config()
-    assert ibt == (kbuild.version == '6.12')
+    assert ibt == (kbuild.version != '6.1')
     with ElfFile.open(str(kbuild.build / 'vmlinux.o')) as elf:
         names = {s.name for s in elf.sections}
     assert bool(names & OBJECTS_BTF) == ibt
@@ -317,28 +340,42 @@ def test_vmlinux_has_exactly_one_btf_blob(kbuild):
 
 @pytest.mark.kernel
 def test_vmlinux_btf_is_valid(kbuild, kernel_loader):
+    """objbtf's rules, bpftool, and the running kernel (7.2's BTF, with a
+    kind layout section: its own kernel, booted)."""
     vmlinux = kbuild.build / 'vmlinux'
     assert objbtf('check', vmlinux).returncode == 0
     dump = run(need('bpftool'), 'btf', 'dump', 'file', vmlinux)
     assert dump.stdout.count('\n') > 40000
-    kernel = objbtf('check', '--kernel', vmlinux, check=False)
-    assert kernel.returncode == 0, kernel.stdout + kernel.stderr
+    header = BtfHeader.read(sections(vmlinux)['.BTF'][0])
+    assert bool(header.layout_len) == (kbuild.version == '7.2')
+    assert_the_running_kernel_accepts(vmlinux)
 
 
 @pytest.mark.kernel
-def test_vmlinux_btf_matches_pahole(kbuild, tmp_path):
-    """pahole on the same tree's vmlinux (the temporary link has no DWARF
-    now, and vmlinux holds the same objects' DWARF), by content: every named
-    type, VAR and shared FUNC's prototype alike but for the documented
-    differences (btf_content.py)."""
+def test_vmlinux_btf_matches_pahole(kbuild, tmp_path, request):
+    """The BTF step the tree's own flow runs, on the same objects, by content
+    (btf_content.py): every named type, VAR, DECL_TAG and shared FUNC's
+    prototype alike but for the documented differences.  6.x: pahole -J
+    (Debian's) on vmlinux, which holds the same objects' DWARF (the
+    temporary link has none now); 7.2: gen-btf.sh's step, the newest pahole
+    with the tree's flags, then resolve_btfids (stock_btf.py)."""
     vmlinux = kbuild.build / 'vmlinux'
     ours = parse_btf(sections(vmlinux)['.BTF'][0])
+    percpu = {name for name, _ in percpu_symbols(vmlinux)}
+    if kbuild.version == '7.2':
+        from stock_btf import stock_vmlinux_btf
+        theirs = parse_btf(stock_vmlinux_btf(kbuild, request.getfixturevalue('newest_pahole'),
+                                             tmp_path))
+        assert unexplained(theirs, ours, percpu, vmlinux_members(kbuild.build)) == []
+        assert_funcs_but_for_optimized_clones(theirs, ours, kbuild)
+        assert kind_counts(ours) - Counter(FUNC=1 << 20, FUNC_PROTO=1 << 20) == \
+            kind_counts(theirs) - Counter(FUNC=1 << 20, FUNC_PROTO=1 << 20)
+        return
     out = tmp_path / 'pahole.btf'
     run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust',
         '--btf_encode_detached', out, vmlinux)
     theirs = parse_btf(out.read_bytes())
     assert named_types(theirs) > 1000
-    percpu = {name for name, _ in percpu_symbols(vmlinux)}
     assert unexplained(theirs, ours, percpu, vmlinux_members(kbuild.build)) == []
     a, b = kind_counts(ours), kind_counts(theirs)
     # pahole 1.24 tags no kfunc (README)
@@ -347,6 +384,21 @@ def test_vmlinux_btf_matches_pahole(kbuild, tmp_path):
     assert kfunc_tags > 0 and a['DECL_TAG'] == b['DECL_TAG'] + kfunc_tags
     # pahole misses the percpu variables of .data..percpu..* (README).
     assert a['VAR'] >= b['VAR'] and a['DATASEC'] == b['DATASEC'] == 1
+
+
+def assert_funcs_but_for_optimized_clones(theirs, ours, kbuild: KernelBuild) -> None:
+    """Every FUNC of the newest pahole's, with its prototype; those only
+    objbtf has are the README's: optimized clones and functions another unit
+    defines inline with another prototype (btf_content.py)."""
+    diff = compare(function_decls(theirs), function_decls(ours))
+    assert diff.removed == [] and diff.changed == []
+    added = {e['name']: e['decls'] for e in diff.added}
+    clones = optimized_clones(kbuild.tmp_vmlinux, added)
+    assert clones
+    objs = vmlinux_members(kbuild.build)
+    for name, decls in added.items():
+        if name not in clones:
+            assert any(squash(p) != squash(decls[0]) for p in inline_prototypes(objs, name)), name
 
 
 @pytest.mark.kernel
@@ -377,20 +429,30 @@ def test_modules_have_valid_split_btf(kbuild, modules):
 
 
 @pytest.mark.kernel
-def test_modules_btf_matches_pahole(kbuild, modules, tmp_path):
-    """Each module's split BTF against pahole's from the same .ko on the same
-    vmlinux BTF (``--btf_base``, as the stock Makefile.modfinal runs it), by
-    content, as vmlinux's: the same types, variables and prototypes but for
-    the documented differences (btf_content.py)."""
+def test_modules_btf_matches_pahole(kbuild, modules, tmp_path, request):
+    """Each module's split BTF against the stock step's from the same .ko on
+    the same vmlinux BTF (6.x: pahole ``--btf_base``, as the stock
+    Makefile.modfinal runs it; 7.2: gen-btf.sh's, stock_btf.py), by content,
+    as vmlinux's: the same types, variables and prototypes but for the
+    documented differences (btf_content.py)."""
     vmlinux = kbuild.build / 'vmlinux'
     base = parse_btf(sections(vmlinux)['.BTF'][0])
     compared = 0
     for ko in modules:
-        out = tmp_path / f'{ko.name}.btf'
-        run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_base',
-            vmlinux, '--btf_encode_detached', out, ko)
+        if kbuild.version == '7.2':
+            from stock_btf import deduplicated, stock_module_btf
+            stock = stock_module_btf(kbuild, request.getfixturevalue('newest_pahole'), ko,
+                                     tmp_path)
+            raw = deduplicated(stock, kbuild)
+            # (the newest pahole's copies of base types: stock_btf.py, README)
+            assert len(parse_btf(stock, base)) > len(parse_btf(raw, base)), ko.name
+        else:
+            out = tmp_path / f'{ko.name}.btf'
+            run(need('pahole'), '-J', '--btf_gen_floats', '--lang_exclude=rust', '--btf_base',
+                vmlinux, '--btf_encode_detached', out, ko)
+            raw = out.read_bytes()
         ours = parse_btf(sections(ko)['.BTF'][0], base)
-        theirs = parse_btf(out.read_bytes(), base)
+        theirs = parse_btf(raw, base)
         assert unexplained(theirs, ours, objects=[ko.with_suffix('.o')]) == [], ko.name
         compared += named_types(theirs)
     assert compared >= 10           # tun's and veth's own types, beyond vmlinux's
@@ -456,7 +518,8 @@ def test_a_change_to_vmlinux_types_relinks_every_module(kbuild, modules):
         stamped = stamp.stat().st_mtime_ns
         assert [ko.name for ko in modules if ko.stat().st_mtime_ns <= stamped] == [], \
             '\n'.join(line for line in verbose.splitlines() if '.ko' in line)
-        vmlinux_link = [line for line in link_summaries(verbose) if '.ko (' not in line]
+        vmlinux_link = [line for line in link_summaries(verbose)
+                        if '.ko' not in line.rsplit(' -> ', 1)[-1]]
         assert len(vmlinux_link) == 1 and '(replayed from the cache)' not in vmlinux_link[0]
         btf = parse_btf(sections(build / 'vmlinux')['.BTF'][0])
         assert any(t.name == 'objbtf_stamp_probe' and t.kind is Kind.STRUCT
@@ -504,7 +567,7 @@ def test_link_flags_relink_and_compile_nothing(kbuild, modules):
 
     try:
         kbuild.make('OBJBTF_LINK_FLAGS=-j 1', 'vmlinux', 'modules')
-        assert "OBJBTF_LINK_FLAGS='-j 1'" in saved_command(build / 'vmlinux')
+        assert "OBJBTF_LINK_FLAGS='-j 1'" in saved_command(kbuild.linked_vmlinux)
         assert (build / 'vmlinux').stat().st_mtime_ns > vmlinux_mtime
         assert sections(build / 'vmlinux')['.BTF'][0] == btf
         for ko, (ko_btf, mtime) in kos.items():
@@ -633,3 +696,23 @@ def test_out_of_tree_module_gets_no_distilled_base(kbuild_6_12, kmod):
     assert '.BTF.base' not in secs
     vmlinux = kbuild_6_12.build / 'vmlinux'
     assert objbtf('check', '--base', vmlinux, kmod).returncode == 0
+
+
+@pytest.mark.kernel
+def test_objbtf_stands_in_for_the_newest_pahole(kbuild_7_2, tmp_path):
+    """7.2 with OBJBTF: no pahole need be installed (PAHOLE names none
+    here), Kconfig and scripts/Makefile.btf see pahole 1.31, and the flags
+    they choose reach objbtf link: its output has the kind layout and the
+    arena attributes they ask for."""
+    target = 'objbtf-print-pahole'
+    r = run('make', '-s', '-C', kbuild_7_2.src, f'O={kbuild_7_2.build}',
+            f'OBJBTF={objbtf_command()}', f'PAHOLE={tmp_path / "no-pahole"}',
+            f'--eval={target}: ; @echo $(PAHOLE_VERSION) $(CONFIG_PAHOLE_VERSION) $(PAHOLE_FLAGS)',
+            target)
+    version, config, *flags = r.stdout.strip().splitlines()[-1].split()
+    assert version == config == '131'
+    assert '--btf_features=layout' in flags and '--btf_features=attributes' in flags
+    btf = sections(kbuild_7_2.build / 'vmlinux')['.BTF'][0]
+    assert BtfHeader.read(btf).layout_len
+    assert "TYPE_TAG 'address_space(1)'" in run(need('bpftool'), 'btf', 'dump', 'file',
+                                                kbuild_7_2.build / 'vmlinux').stdout

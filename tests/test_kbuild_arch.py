@@ -20,8 +20,9 @@ import pytest
 from btf_content import named_types, percpu_symbols, unexplained
 from btf_shapes import kind_counts
 from conftest import need, objbtf, run
-from kbuild_tree import (PATCHED, KernelBuild, apply, kernel_source, layout_files,
+from kbuild_tree import (KernelBuild, apply, kernel_source, layout_files, patched_files,
                          objbtf_command, sections, touched, vmlinux_members)
+from kernel_matrix import VERSIONS
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.validate import validate_bytes
 from objbtf.btf.writer import encode_btf
@@ -267,6 +268,8 @@ def test_an_lto_build_makes_its_btf_with_pahole_and_says_so(kbuild_6_1_lto, kern
 LTO_PROBE = '''obj-y := fork.o
 include $(srctree)/scripts/Kbuild.include
 include $(srctree)/scripts/Makefile.lib
+# (7.2 makes real-obj-y in Makefile.build, which this probe stands for)
+real-obj-y ?= $(obj)/fork.o
 $(obj)/fork.o: FORCE
 \t@echo "make=[$(OBJBTF)] env=[$$OBJBTF] cmd=[$(cmd_objbtf)]"
 FORCE:
@@ -274,12 +277,12 @@ FORCE:
 
 
 @pytest.mark.parametrize('lto', ['y', ''])
-@pytest.mark.parametrize('version', ['6.1', '6.12'])
+@pytest.mark.parametrize('version', VERSIONS)
 def test_lto_builds_fall_back_to_pahole_and_say_so(tmp_path, version, lto):
     """With CONFIG_LTO_CLANG (bitcode objects) OBJBTF is cleared for every
     make that includes Makefile.lib (compiles, link-vmlinux.sh's environment,
     Makefile.modfinal), and the top directory's make says why, once."""
-    files = sorted({*PATCHED[version], *layout_files(version), 'scripts/Kbuild.include'})
+    files = sorted({*patched_files(version), *layout_files(version), 'scripts/Kbuild.include'})
     src = kernel_source(tmp_path / 'linux', version, files)
     assert apply(src).returncode == 0
     probe = tmp_path / 'probe.mk'

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from btf_content import (definitions, inline_prototypes, obj_decls, percpu_symbols, squash,
-                         unexplained)
+from btf_content import inline_prototypes, optimized_clones, percpu_symbols, squash, unexplained
 from btf_shapes import kind_counts
 from conftest import need, objbtf, run
 from kbuild_tree import vmlinux_members
@@ -21,7 +20,7 @@ from objbtf.btf import Kind, parse_btf
 from objbtf.diff import compare, function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.functions import DROPPING_FACTS, FACT_WEAK, function_key
-from pahole131_funcs import read_fixture
+from newest_pahole import KERNEL_6_1_FLAGS, funcs
 
 pytestmark = pytest.mark.kernel
 STT_OBJECT, STT_FUNC, STB_WEAK = 1, 2, 2
@@ -35,6 +34,13 @@ def linked(encoded_kernel, tmp_path_factory) -> tuple[Path, str]:
     return out, r.stderr
 
 
+@pytest.fixture(scope='module')
+def newest_funcs(newest_pahole, kernel_build) -> dict[str, list[str]]:
+    """The newest pahole's FUNCs, with Linux 6.1's flags, on the reference
+    build's vmlinux, which holds its objects' DWARF."""
+    return funcs(newest_pahole, kernel_build / 'vmlinux', KERNEL_6_1_FLAGS)
+
+
 def function_symbols(path: Path) -> dict[str, set[int]]:
     with ElfFile.open(str(path)) as elf:
         out: dict[str, set[int]] = {}
@@ -44,7 +50,8 @@ def function_symbols(path: Path) -> dict[str, set[int]]:
         return out
 
 
-def test_content_matches_pahole_but_for_functions(linked, pahole_vmlinux_btf, encoded_kernel):
+def test_content_matches_pahole_but_for_functions(linked, pahole_vmlinux_btf, encoded_kernel,
+                                                  newest_funcs):
     """pahole 1.24 on the same objects' vmlinux, by content (btf_content.py:
     every named type, VAR and shared FUNC's prototype alike but for the
     documented differences); which FUNCs each has, by the function rules."""
@@ -57,7 +64,7 @@ def test_content_matches_pahole_but_for_functions(linked, pahole_vmlinux_btf, en
     kfunc_tags = sum(1 for _, t in ours.own()
                      if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall'))
     assert a['DECL_TAG'] == b['DECL_TAG'] + kfunc_tags
-    # objbtf follows pahole 1.31's function rules, which 1.24 lacks (README).
+    # objbtf follows the function rules of pahole 1.31, which 1.24 lacks (README).
     # The FUNCs only objbtf has: functions whose only symbols are clones
     # (foo.constprop.0, foo.isra.0), which 1.24 matched by exact name only.
     ours_f = {t.name for _, t in ours.own() if t.kind is Kind.FUNC}
@@ -66,11 +73,10 @@ def test_content_matches_pahole_but_for_functions(linked, pahole_vmlinux_btf, en
     keys = {function_key(n) for n in symbols} - {None}
     only_ours = ours_f - theirs_f
     assert only_ours and all(n not in symbols and n in keys for n in only_ours)
-    # The FUNCs only 1.24 has: names pahole 1.31 leaves out as well (its
-    # fixture), among them every key at several addresses, as the summary counts.
-    _, pahole131 = read_fixture()
+    # The FUNCs only 1.24 has: names the newest pahole leaves out as well,
+    # among them every key at several addresses, as the summary counts.
     only_theirs = theirs_f - ours_f
-    assert only_theirs and not only_theirs & pahole131.keys()
+    assert only_theirs and not only_theirs & newest_funcs.keys()
     addresses: dict[str, set[int]] = {}
     for name, values in symbols.items():
         if function_key(name):
@@ -85,30 +91,27 @@ def test_content_matches_pahole_but_for_functions(linked, pahole_vmlinux_btf, en
     assert len(only_theirs & ambiguous) <= int(dropped[2]) <= len(ambiguous)
 
 
-def test_funcs_are_pahole_131s_but_for_the_readme_s_exceptions(linked, encoded_kernel):
-    """objbtf diff's comparison against what pahole 1.31 encoded from the
-    same kernel (fixture from a real run): no FUNC missing; the others are
+def test_funcs_are_the_newest_pahole_s_but_for_the_readme_s_exceptions(linked, encoded_kernel,
+                                                                      newest_funcs):
+    """objbtf diff's comparison against what the newest pahole encodes from
+    the same kernel: no FUNC missing, every prototype alike (weak and strong
+    definitions: both take the strong one's); the FUNCs only objbtf has are
     the README's two exceptions, each name derived here from the objects."""
-    _, theirs = read_fixture()
     ours = function_decls(parse_btf(linked[0].read_bytes()))
-    diff = compare(theirs, ours)
-    assert diff.removed == []
+    diff = compare(newest_funcs, ours)
+    assert diff.removed == [] and diff.changed == []
     readme = (Path(__file__).resolve().parent.parent / 'README.md').read_text()
-    objs = kernel_objects(encoded_kernel)
-    # 1. Weak and strong definitions: pahole 1.31 took a weak one's prototype,
-    #    objbtf the strong one's, the code the linker kept.
-    changed = {e['name']: e for e in diff.changed}
-    defs = definitions(objs, changed.keys())
-    for name, e in changed.items():
-        weak = [d for obj, bind in defs[name] if bind == STB_WEAK for d in obj_decls(obj, name)]
-        strong = [d for obj, bind in defs[name] if bind != STB_WEAK
-                  for d in obj_decls(obj, name)]
-        assert e['a'][0] in weak and e['b'] == strong, name
-    assert changed and f'{len(changed)} functions' in readme
+    added = {e['name']: e['decls'] for e in diff.added}
+    # 1. GCC's optimized clones with a parameter optimized out, which only
+    #    the newest pahole leaves out (btf_content.optimized_clones).
+    clones = optimized_clones(encoded_kernel / TMP_VMLINUX, added)
+    assert clones
     # 2. pahole also compared the prototypes of units where the function is
     #    only inline, without a symbol, which objbtf's objects do not record.
-    added = {e['name']: e['decls'] for e in diff.added}
+    objs = kernel_objects(encoded_kernel)
     for name, decls in added.items():
+        if name in clones:
+            continue
         others = inline_prototypes(objs, name)
         assert any(squash(p) != squash(decls[0]) for p in others), name
         assert f'`{name}`' in readme, name

@@ -342,6 +342,20 @@ def test_two_trees_get_two_servers(tmp_path, runtime, objects):
     trees[1].stop()
 
 
+def interpreter_of(user: list[str], env: dict[str, str]) -> str:
+    """A Python that ``user`` (a setpriv prefix) can run objbtf's client
+    with: the tests' own, or, where other users cannot read it (a pyenv
+    under /root), the system's, with objbtf from the checkout (env's
+    PYTHONPATH)."""
+    for python in dict.fromkeys((sys.executable, '/usr/bin/python3')):
+        r = subprocess.run([*user, python, '-c', 'import objbtf.client'], env=env,
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return python
+    pytest.fail(f'neither {sys.executable} nor /usr/bin/python3 runs objbtf as {user[1:]}: '
+                f'{r.stderr[-500:]}')
+
+
 def test_two_users_never_share_a_server(runtime, objects):
     """root and nobody in the same tree: one server each, in their own 0700
     directories; nobody cannot reach root's."""
@@ -356,7 +370,7 @@ def test_two_users_never_share_a_server(runtime, objects):
     env = {k: v for k, v in os.environ.items() if k != 'XDG_RUNTIME_DIR'}
     env.update(PYTHONPATH=str(ROOT), OBJBTF_RESIDENT='1')
     as_nobody = [setpriv, '--reuid=nobody', '--regid=nogroup', '--clear-groups']
-    python = '/usr/bin/python3'          # root's pyenv is not readable by nobody; no click there
+    python = interpreter_of(as_nobody, env)
 
     def nobody_control(kind: str) -> list[dict]:
         r = subprocess.run([*as_nobody, python, '-c', 'from objbtf.client import control; '
