@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_matrix import (BY_FIXTURE, MATRIX, REFERENCE, TIERS, Build, builds_of_tier,
+from kernel_matrix import (BY_FIXTURE, MATRIX, REFERENCE, RELINKED, TIERS, Build, builds_of_tier,
                            rotation_turn, with_needs)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,7 +278,10 @@ def pytest_collection_modifyitems_by_tier(config, items):
     each build's trees can go after its last test (pytest_runtest_teardown)."""
     plan = config.stash[_PLAN]
     order = {b.fixture: i for i, b in enumerate(MATRIX)}
-    kept = [item for item in items if item.stash[_NEEDS] <= plan.builds]
+    full = config.getoption('--tier') == 'full'
+    kept = [item for item in items if item.stash[_NEEDS] <= plan.builds
+            and (full or not item.get_closest_marker('relinks')
+                 or item.stash[_NEEDS] <= set(RELINKED))]
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     kept.sort(key=lambda item: max((order[n] for n in item.stash[_NEEDS]), default=-1))

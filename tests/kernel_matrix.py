@@ -118,6 +118,11 @@ BY_FIXTURE = {b.fixture: b for b in MATRIX}
 #: The slow-changing axes CI takes turns on, one a run: clang, a cross
 #: architecture, clang on the other version, 32-bit x86.
 ROTATION = ('kbuild_6_12_llvm', 'kbuild_6_1_arm64', 'kbuild_6_1_llvm', 'kbuild_6_1_i386')
+#: The builds whose relink tests (marked ``relinks``: a touched file, a new
+#: type, a failed link, other link flags) run short of the full matrix: the
+#: oldest and the newest version's patch sets; 6.12's, whose relink rules are
+#: 6.1's, only in the full matrix.
+RELINKED = ('kbuild_6_1', 'kbuild_7_2')
 #: Fixtures of the reference-kernel tests, which run on the default build.
 REFERENCE = 'kbuild_6_1'
 

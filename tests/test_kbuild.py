@@ -464,6 +464,7 @@ def link_summaries(verbose: str) -> list[str]:
 
 
 @pytest.mark.kernel
+@pytest.mark.relinks
 def test_rebuild_after_touching_a_file_gives_the_same_btf(kbuild, modules):
     """No type changed: vmlinux's link replays .btf.vmlinux.cache, with the
     same result, and leaves .btf.vmlinux.types as it was, so no module is
@@ -500,6 +501,7 @@ struct objbtf_stamp_probe *objbtf_stamp_probe(void) { return NULL; }
 
 
 @pytest.mark.kernel
+@pytest.mark.relinks
 def test_a_change_to_vmlinux_types_relinks_every_module(kbuild, modules):
     """A new type in vmlinux rewrites .btf.vmlinux.types: every module is
     linked again, against the new vmlinux; taking it out again gives the
@@ -536,6 +538,7 @@ def test_a_change_to_vmlinux_types_relinks_every_module(kbuild, modules):
 
 
 @pytest.mark.kernel
+@pytest.mark.relinks
 def test_a_failed_vmlinux_link_fails_the_build(kbuild, modules):
     """When objbtf link fails (here on an option it does not know), the
     build stops with link-vmlinux.sh's message and makes no new vmlinux: it
@@ -554,6 +557,7 @@ def test_a_failed_vmlinux_link_fails_the_build(kbuild, modules):
 
 
 @pytest.mark.kernel
+@pytest.mark.relinks
 def test_link_flags_relink_and_compile_nothing(kbuild, modules):
     """OBJBTF_LINK_FLAGS reaches vmlinux's link and every module's: setting
     it relinks them (it is in their saved command lines) and compiles no

@@ -342,14 +342,20 @@ def test_two_trees_get_two_servers(tmp_path, runtime, objects):
     trees[1].stop()
 
 
+#: Run as the other user: the client starts its server by executing its own
+#: interpreter again (``client._spawn``), so the probe does too.
+_REEXEC = ('import os, sys; '
+           'os.execv(sys.executable, [sys.executable, "-P", "-c", "import objbtf.client"])')
+
+
 def interpreter_of(user: list[str], env: dict[str, str]) -> str:
-    """A Python that ``user`` (a setpriv prefix) can run objbtf's client
-    with: the tests' own, or, where other users cannot read it (a pyenv
-    under /root), the system's, with objbtf from the checkout (env's
-    PYTHONPATH)."""
+    """A Python that ``user`` (a setpriv prefix) can run objbtf's client and
+    server with: the tests' own, or, where other users cannot reach it (a
+    pyenv under a 0700 /root), the system's, with objbtf from the checkout
+    (env's PYTHONPATH)."""
     for python in dict.fromkeys((sys.executable, '/usr/bin/python3')):
-        r = subprocess.run([*user, python, '-c', 'import objbtf.client'], env=env,
-                           capture_output=True, text=True)
+        r = subprocess.run([*user, python, '-c', _REEXEC], env=env, capture_output=True,
+                           text=True)
         if r.returncode == 0:
             return python
     pytest.fail(f'neither {sys.executable} nor /usr/bin/python3 runs objbtf as {user[1:]}: '
