@@ -12,7 +12,7 @@ pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip python3-dev strace
       # the encode cache's test and benchmark with a compiler cache
       ccache
       # the newest pahole, built from vendor/ (scripts/build-pahole.sh)
-      cmake libdw-dev zlib1g-dev
+      cmake pkg-config libdw-dev zlib1g-dev
       # the boot test: a built kernel in QEMU, a busybox initramfs, a libbpf loader
       qemu-system-x86 busybox-static libbpf-dev)
 missing=()
