@@ -40,7 +40,7 @@ from pathlib import Path
 from conftest import need, run
 from objbtf.btf import Btf, Kind
 from objbtf.btf_file import load_btf_file
-from objbtf.diff import Section, diff_btf, function_decls
+from objbtf.diff import Section, compare, diff_btf, function_decls
 from objbtf.elf.consts import STB_WEAK, STT_FUNC, STT_OBJECT
 from objbtf.elf.reader import ElfFile
 from objbtf.functions import function_key
@@ -104,6 +104,25 @@ def optimized_clones(binary: Path, names: Iterable[str]) -> set[str]:
 #: The prefix of the aliases Linux 7.x gives the variables its
 #: position-independent startup code uses (SYM_PIC_ALIAS: ``__pi_gdt_page``).
 PIC_ALIAS = '__pi_'
+
+
+def extra_funcs(theirs: dict[str, list[str]], ours: dict[str, list[str]], binary: Path,
+                objs: list[Path]) -> tuple[list[str], set[str], set[str]]:
+    """The FUNCs (``objbtf.diff.function_decls``) of the newest pahole's
+    BTF (``theirs``) against objbtf's of the same ``binary``, made from
+    ``objs``: (what no documented rule explains: a FUNC of pahole's missing
+    or with another prototype, or one only objbtf has that neither rule
+    covers; the optimized clones only objbtf has; those another unit
+    defines inline with another prototype)."""
+    diff = compare(theirs, ours)
+    problems = [f'only pahole: {e["name"]}' for e in diff.removed]
+    problems += [f'other prototype: {e["name"]}' for e in diff.changed]
+    added = {e['name']: e['decls'] for e in diff.added}
+    clones = optimized_clones(binary, added)
+    inline = {name for name, decls in added.items() if name not in clones
+              and any(squash(p) != squash(decls[0]) for p in inline_prototypes(objs, name))}
+    problems += [f'only objbtf: {name}' for name in sorted(added.keys() - clones - inline)]
+    return problems, clones, inline
 
 
 def percpu_symbols(path: Path) -> Counter:

@@ -43,9 +43,11 @@ def stock_vmlinux_btf(tree: KernelBuild, pahole: Path, work: Path) -> bytes:
     return Path(f'{elf}.BTF').read_bytes()
 
 
-def stock_module_btf(tree: KernelBuild, pahole: Path, ko: Path, work: Path) -> bytes:
+def stock_module_btf(tree: KernelBuild, pahole: Path, flags: list[str], ko: Path,
+                     work: Path) -> bytes:
     """A module's split BTF as the stock step makes it, on the objbtf
-    build's vmlinux (the same base ids as the module's own BTF).
+    build's vmlinux (the same base ids as the module's own BTF), with
+    ``flags`` (``pahole_flags``, asked of make once for all the modules).
 
     The newest pahole leaves in it copies of base types (``Elf32_Word``,
     ``__u8``...) that its dedup does not find in a base sorted by name, as
@@ -55,7 +57,7 @@ def stock_module_btf(tree: KernelBuild, pahole: Path, ko: Path, work: Path) -> b
     elf = work / ko.name
     shutil.copyfile(ko, elf)
     vmlinux = tree.build / 'vmlinux'
-    run(pahole, '-J', *pahole_flags(tree), '--btf_base', vmlinux,
+    run(pahole, '-J', *flags, '--btf_base', vmlinux,
         f'--btf_encode_detached={elf}.BTF.1', elf)
     run(_resolve_btfids(tree), '--btf_base', vmlinux, '--btf', f'{elf}.BTF.1', elf)
     return Path(f'{elf}.BTF').read_bytes()

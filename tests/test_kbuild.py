@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from btf_content import (inline_prototypes, named_types, optimized_clones, percpu_symbols,
-                         squash, unexplained)
+from btf_content import extra_funcs, named_types, percpu_symbols, unexplained
 from btf_shapes import kind_counts
 from conftest import FIXTURES, need, objbtf, run
 from kbuild_tree import (INTEGRATION, REFERENCE_MODULES, KernelBuild, added_files, apply,
@@ -30,7 +29,7 @@ from kbuild_tree import (INTEGRATION, REFERENCE_MODULES, KernelBuild, added_file
 from kernel_matrix import VERSIONS
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.header import BtfHeader
-from objbtf.diff import compare, function_decls
+from objbtf.diff import function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
 from saved_commands import saved_command
@@ -390,15 +389,9 @@ def assert_funcs_but_for_optimized_clones(theirs, ours, kbuild: KernelBuild) -> 
     """Every FUNC of the newest pahole's, with its prototype; those only
     objbtf has are the README's: optimized clones and functions another unit
     defines inline with another prototype (btf_content.py)."""
-    diff = compare(function_decls(theirs), function_decls(ours))
-    assert diff.removed == [] and diff.changed == []
-    added = {e['name']: e['decls'] for e in diff.added}
-    clones = optimized_clones(kbuild.tmp_vmlinux, added)
-    assert clones
-    objs = vmlinux_members(kbuild.build)
-    for name, decls in added.items():
-        if name not in clones:
-            assert any(squash(p) != squash(decls[0]) for p in inline_prototypes(objs, name)), name
+    problems, clones, _ = extra_funcs(function_decls(theirs), function_decls(ours),
+                                      kbuild.tmp_vmlinux, vmlinux_members(kbuild.build))
+    assert problems == [] and clones
 
 
 @pytest.mark.kernel
@@ -438,11 +431,12 @@ def test_modules_btf_matches_pahole(kbuild, modules, tmp_path, request):
     vmlinux = kbuild.build / 'vmlinux'
     base = parse_btf(sections(vmlinux)['.BTF'][0])
     compared = 0
+    if kbuild.version == '7.2':
+        from stock_btf import deduplicated, pahole_flags, stock_module_btf
+        newest, flags = request.getfixturevalue('newest_pahole'), pahole_flags(kbuild)
     for ko in modules:
         if kbuild.version == '7.2':
-            from stock_btf import deduplicated, stock_module_btf
-            stock = stock_module_btf(kbuild, request.getfixturevalue('newest_pahole'), ko,
-                                     tmp_path)
+            stock = stock_module_btf(kbuild, newest, flags, ko, tmp_path)
             raw = deduplicated(stock, kbuild)
             # (the newest pahole's copies of base types: stock_btf.py, README)
             assert len(parse_btf(stock, base)) > len(parse_btf(raw, base)), ko.name

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from btf_content import inline_prototypes, optimized_clones, percpu_symbols, squash, unexplained
+from btf_content import extra_funcs, percpu_symbols, unexplained
 from btf_shapes import kind_counts
 from conftest import need, objbtf, run
 from kbuild_tree import vmlinux_members
 from kernel_tree import EXTRA_VMLINUX_OBJECTS, TMP_VMLINUX, relink_module
 from linkdedup.archive import thin_member_paths
 from objbtf.btf import Kind, parse_btf
-from objbtf.diff import compare, function_decls
+from objbtf.diff import function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.functions import DROPPING_FACTS, FACT_WEAK, function_key
 from newest_pahole import KERNEL_6_1_FLAGS, funcs
@@ -98,23 +98,15 @@ def test_funcs_are_the_newest_pahole_s_but_for_the_readme_s_exceptions(linked, e
     definitions: both take the strong one's); the FUNCs only objbtf has are
     the README's two exceptions, each name derived here from the objects."""
     ours = function_decls(parse_btf(linked[0].read_bytes()))
-    diff = compare(newest_funcs, ours)
-    assert diff.removed == [] and diff.changed == []
-    readme = (Path(__file__).resolve().parent.parent / 'README.md').read_text()
-    added = {e['name']: e['decls'] for e in diff.added}
     # 1. GCC's optimized clones with a parameter optimized out, which only
-    #    the newest pahole leaves out (btf_content.optimized_clones).
-    clones = optimized_clones(encoded_kernel / TMP_VMLINUX, added)
-    assert clones
-    # 2. pahole also compared the prototypes of units where the function is
-    #    only inline, without a symbol, which objbtf's objects do not record.
-    objs = kernel_objects(encoded_kernel)
-    for name, decls in added.items():
-        if name in clones:
-            continue
-        others = inline_prototypes(objs, name)
-        assert any(squash(p) != squash(decls[0]) for p in others), name
-        assert f'`{name}`' in readme, name
+    #    the newest pahole leaves out; 2. functions another unit defines
+    #    inline, without a symbol, with another prototype, which pahole
+    #    compared and objbtf's objects do not record (btf_content.extra_funcs).
+    problems, clones, inline = extra_funcs(newest_funcs, ours, encoded_kernel / TMP_VMLINUX,
+                                           kernel_objects(encoded_kernel))
+    assert problems == [] and clones
+    readme = (Path(__file__).resolve().parent.parent / 'README.md').read_text()
+    assert [name for name in sorted(inline) if f'`{name}`' not in readme] == []
 
 
 def kernel_objects(tree: Path) -> list[Path]:
