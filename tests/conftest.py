@@ -110,11 +110,12 @@ def cache_counts(cache: Path) -> tuple[int, int]:
 
 
 @pytest.fixture(scope='session')
-def kernel_build(kbuild_6_1) -> Path:
-    """The reference kernel's O= build tree: Linux 6.1, the reference config,
-    built through the Kbuild integration (every object keeps its DWARF, and
-    carries the BTF objbtf encoded)."""
-    return kbuild_6_1.build
+def kernel_build(request) -> Path:
+    """The reference kernel's O= build tree: the newest supported Linux
+    (kernel_matrix.REFERENCE), the reference config, built through the Kbuild
+    integration (every object keeps its DWARF, and carries the BTF objbtf
+    encoded)."""
+    return request.getfixturevalue(REFERENCE).build
 
 
 #: The default tier's share of the reference build's objects for the tests
@@ -229,7 +230,7 @@ _PLAN = pytest.StashKey[_Plan]()
 def pytest_addoption(parser):
     parser.addoption('--tier', choices=TIERS, default='default',
                      help='which kernel builds to make and test (tests/kernel_matrix.py): '
-                          'default, one (Linux 6.1, gcc); ci, one per axis, clang and the '
+                          'default, one (the newest Linux, gcc); ci, one per axis, clang and the '
                           'cross architectures taking turns by commit; full, every build')
     parser.addoption('--keep-builds', type=Path, metavar='DIR',
                      help='make each kernel build in DIR/FIXTURE and keep it there; a later '

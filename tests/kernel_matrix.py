@@ -7,9 +7,9 @@ build asks for its fixture, directly or through a fixture parametrized with
 fixture names; conftest.py reads that off each collected test, marks it
 ``kernel``, and keeps it only when every build it needs is in the run's tier:
 
-- ``default``: what ``python3 -m pytest -q`` builds (Linux 6.1 with gcc,
-  which also serves the reference-kernel tests: its objects keep their
-  DWARF);
+- ``default``: what ``python3 -m pytest -q`` builds: the newest supported
+  Linux with gcc, bootable, which also serves the reference-kernel tests
+  (REFERENCE: its objects keep their DWARF);
 - ``ci``: ``--tier ci``, what CI runs: one build per axis, each supported
   kernel version and the DWARF-less mode (on the newest version), plus one
   of the ``ROTATION`` (clang, cross architectures) chosen from the commit;
@@ -88,7 +88,7 @@ class Build:
 #: version together, so that its patched copy is deleted once they are done,
 #: and each build right before those that need it.
 MATRIX = (
-    Build('kbuild_6_1', '6.1', 'default', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
+    Build('kbuild_6_1', '6.1', 'ci', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
     Build('kbuild_6_1_gbtf', '6.1', 'full', mode='gbtf', fragments=BOOTABLE,
           expect_config=BOOT_CONFIG,
           needs=('kbuild_6_1',)),
@@ -110,7 +110,7 @@ MATRIX = (
           needs=('kbuild_6_12',)),
     Build('kbuild_6_12_llvm', '6.12', 'rotation', toolchain='clang', fragments=BOOTABLE,
           expect_config=BOOT_CONFIG),
-    Build('kbuild_7_2', '7.2', 'ci', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
+    Build('kbuild_7_2', '7.2', 'default', fragments=BOOTABLE, expect_config=BOOT_CONFIG),
     Build('kbuild_7_2_gbtf', '7.2', 'ci', mode='gbtf', fragments=BOOTABLE,
           expect_config=BOOT_CONFIG, needs=('kbuild_7_2',)),
 )
@@ -123,8 +123,8 @@ ROTATION = ('kbuild_6_12_llvm', 'kbuild_6_1_arm64', 'kbuild_6_1_llvm', 'kbuild_6
 #: oldest and the newest version's patch sets; 6.12's, whose relink rules are
 #: 6.1's, only in the full matrix.
 RELINKED = ('kbuild_6_1', 'kbuild_7_2')
-#: Fixtures of the reference-kernel tests, which run on the default build.
-REFERENCE = 'kbuild_6_1'
+#: The build the reference-kernel tests run on: the default tier's.
+REFERENCE = 'kbuild_7_2'
 
 
 def rotation_turn(root: Path) -> tuple[str, str]:

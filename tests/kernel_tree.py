@@ -29,6 +29,9 @@ VMLINUX_LINK = ('ld -m elf_x86_64 -z noexecstack --no-warn-rwx-segments '
                 '--strip-debug --script=./arch/x86/kernel/vmlinux.lds -o {out} '
                 '--whole-archive {archive} ' + ' '.join(EXTRA_VMLINUX_OBJECTS) + ' '
                 '--no-whole-archive --start-group --end-group')
+#: The empty kallsyms tables 7.x's link-vmlinux.sh links its first vmlinux
+#: with (after the group, as it does): kallsyms.c's symbols are no longer weak.
+KALLSYMS_OBJECT = '.tmp_vmlinux0.kallsyms.o'
 
 
 def _encode(tree: str, path: str) -> None:
@@ -44,11 +47,17 @@ def _encode(tree: str, path: str) -> None:
 HOST_DIRS = ('scripts', 'tools')
 
 
+#: Objects a build makes of the linked kernel, not of its sources: vmlinux.o
+#: (all of them in one), and the object of vmlinux's final BTF (6.1's, 6.12's
+#: and 7.x's).
+LINK_PRODUCTS = ('vmlinux.o', '.btf.vmlinux.bin.o', '.tmp_vmlinux1.btf.o')
+
+
 def objects(tree: Path) -> list[Path]:
     """The kernel's objects: what vmlinux and the modules are linked from,
-    without vmlinux.o (all of them in one) and the host programs."""
+    without LINK_PRODUCTS and the host programs."""
     return sorted(p for p in tree.rglob('*.o')
-                  if p.name not in ('vmlinux.o', '.btf.vmlinux.bin.o')
+                  if p.name not in LINK_PRODUCTS
                   and p.relative_to(tree).parts[0] not in HOST_DIRS)
 
 
@@ -76,6 +85,8 @@ def link_vmlinux(tree: Path, out: str, archive: str = 'vmlinux.a') -> Path:
     vmlinux.lds leaves it (objbtf link's default section), in a stock tree
     (the benchmarks') and in one built through the integration."""
     cmd = shlex.split(VMLINUX_LINK.format(out=out, archive=archive))
+    if (tree / KALLSYMS_OBJECT).exists():
+        cmd.append(KALLSYMS_OBJECT)
     integrated = (tree / OBJECTS_LDS).exists()
     if integrated:
         cmd.insert(cmd.index('--script=./arch/x86/kernel/vmlinux.lds'), f'--script={OBJECTS_LDS}')
