@@ -41,7 +41,7 @@ time, its CPU (user + system of every process it started, objbtf's resident
 server included: see accounting.py), the size of its O= tree, the CPU other
 processes used meanwhile, and its phases (compile, the vmlinux link chain,
 the modules' final links: times of make's output lines) for the projection
-to 8, 32 and 64 CPUs (MODEL.md).  Records go to WORK/records-DATE.jsonl as they
+to 8, 32 and 64 CPUs (docs/benchmarks.md).  Records go to WORK/records-DATE.jsonl as they
 come; the report (medians, ratios to the first variant, whether each can be
 trusted: trust.py) is printed and appended to --results with the command
 line and the machine's state.  --from-records reports on an earlier run's
@@ -383,12 +383,12 @@ def report(described: dict, builds: list[Build]) -> str:
                     loaded.append(f'{step} {name} ({100 * others:.0f}%)')
         out += ['', 'Can the ratios be trusted (bench/trust.py)?']
         out += [f'  {v}' for v in verdicts] or ['  no ratio: no turn has measured two variants yet']
-        out += ['', 'Projected wall s on N CPUs (bench/MODEL.md), from the medians of each phase: '
+        out += ['', 'Projected wall s on N CPUs (docs/benchmarks.md), from the medians of each phase: '
                     'c(ompile), l(ink chain), m(odules)']
         out += projection_table(projection, names, described['jobs'])
         if loaded:
             out.append('NOT trustworthy: other processes used the machine during ' + ', '.join(loaded)
-                       + '; waiting makes a phase look serial (MODEL.md)')
+                       + '; waiting makes a phase look serial (docs/benchmarks.md)')
         out.append('')
     out += [f'variant {r["failed"]} dropped: {r["why"]}' for r in described.get('failed', [])]
     return '\n'.join(out).rstrip()

@@ -1,6 +1,6 @@
 """The wall time of a kernel build on N CPUs, projected from one measured on J.
 
-The model is written down in bench/MODEL.md; this module computes it.
+The model is written down in docs/benchmarks.md; this module computes it.
 """
 from __future__ import annotations
 
