@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,28 @@ def test_the_booted_kernel_uses_objbtf_s_btf(build, request, guest_tools, tmp_pa
     assert len(seen) == 1 and re.fullmatch(r'child=(\d+) seen=\1 calls=[1-9]\d*', seen[0]), console
     errors = [line for line in guest.kernel_log() if BTF_ERROR.search(line)]
     assert errors == [], console
+
+
+def test_an_out_of_tree_module_keeps_its_btf_on_another_build(kbuild_7_2, kbuild_7_2_gbtf,
+                                                               guest_tools, tmp_path):
+    """An out-of-tree module (tests/fixtures/kmod-kfuncs) built with make M=
+    against the 7.2 tree gets a distilled base (.BTF.base: the stock flow's
+    resolve_btfids --distill_base, after objbtf's link), so the kernel of
+    another build of 7.2 relocates its BTF onto its own: the DWARF-less
+    build's, with one more config option and other BTF ids."""
+    src = tmp_path / 'kmod-kfuncs'
+    shutil.copytree(FIXTURES / 'kmod-kfuncs', src)
+    kbuild_7_2.make(f'M={src}', 'modules')
+    ko = src / 'objbtf_kfuncs.ko'
+    assert '.BTF.base' in sections(ko)
+    other = kbuild_7_2_gbtf
+    assert 'CONFIG_OBJBTF_GBTF=y' in other.config() and \
+        'CONFIG_OBJBTF_GBTF=y' not in kbuild_7_2.config()
+    btf = [sections(tree.build / 'vmlinux')['.BTF'][0] for tree in (kbuild_7_2, other)]
+    assert btf[0] != btf[1]
+    files = {**guest_tools, '/init': INIT.encode(), f'/modules/{ko.name}': ko}
+    guest = boot(other.build / 'vmlinux', write_initramfs(tmp_path / 'initramfs.cpio', files))
+    console = guest.console[-6000:]
+    assert guest.said('module-failed') == [], console
+    assert guest.said('module-btf') == [module_name(ko)], console
+    assert [line for line in guest.kernel_log() if BTF_ERROR.search(line)] == [], console
