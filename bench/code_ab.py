@@ -51,7 +51,7 @@ def encode_part(build: Path, every: int, chunks: bool,
     from kernel_tree import objects
     from objbtf.btf.types import gc_paused
     from objbtf.elf.reader import ElfFile
-    from objbtf.encoder import encode_elf, has_dwarf
+    from objbtf.encode.encoder import encode_elf, has_dwarf
     from objbtf.features import Features
 
     features = Features()

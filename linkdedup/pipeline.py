@@ -24,8 +24,8 @@ from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 from objbtf.errors import ObjbtfError, shown
 from objbtf.features import Features
-from objbtf.files import file_identity
-from objbtf.functions import FACT_WEAK
+from objbtf.regular_files import file_identity
+from objbtf.btf.function_rules import FACT_WEAK
 
 from . import cache as link_cache
 from . import stamp

@@ -18,7 +18,7 @@ from objbtf.btf.header import BtfHeader
 from objbtf.btf.kinds import KINDS
 from objbtf.btf.writer import encode_btf
 from objbtf.btf_file import read_btf_bytes
-from objbtf.diff import function_decls
+from objbtf.inspect.diff import function_decls
 from objbtf.elf.consts import STT_OBJECT, STT_SECTION
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features

@@ -17,9 +17,9 @@ from kbuild_tree import vmlinux_members
 from kernel_tree import EXTRA_VMLINUX_OBJECTS, TMP_VMLINUX, relink_module
 from linkdedup.archive import thin_member_paths
 from objbtf.btf import Kind, parse_btf
-from objbtf.diff import function_decls
+from objbtf.inspect.diff import function_decls
 from objbtf.elf.reader import ElfFile
-from objbtf.functions import DROPPING_FACTS, FACT_WEAK, function_key
+from objbtf.btf.function_rules import DROPPING_FACTS, FACT_WEAK, function_key
 from newest_pahole import KERNEL_6_1_FLAGS, funcs
 
 pytestmark = pytest.mark.kernel

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .errors import ObjbtfError
-from .features import Features
+from ..errors import ObjbtfError
+from ..features import Features
 from .options import Parsed
 
 
@@ -41,9 +41,9 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
     """Encode each object in place, through the encode cache if
     OBJBTF_CACHE_DIR names one; 1 if any failed (or the cache's size is
     not a size), else 0."""
-    from .btf.types import gc_paused
-    from .encode_cache import CacheConfigError, EncodeCache
-    from .encode_file import EncodeFailure, encode_path
+    from ..btf.types import gc_paused
+    from ..encode.cache import CacheConfigError, EncodeCache
+    from ..encode.object_file import EncodeFailure, encode_path
     try:
         cache = EncodeCache.from_environment()
     except CacheConfigError as err:
@@ -113,8 +113,8 @@ def run_link(file: str, base_path: str | None, output: str | None, input_section
     from linkdedup.objects import ObjectList, ObjectsError
     from linkdedup.pipeline import LinkError, Progress, link
     from linkdedup.workers import WorkerError, default_jobs
-    from .errors import ObjbtfError
-    from .files import error_text
+    from ..errors import ObjbtfError
+    from ..regular_files import error_text
     try:
         objects = ObjectList(objects_path, allow_missing) if objects_path else None
         summary = link(file, features=features, base_path=base_path, output=output,
