@@ -201,11 +201,7 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
 
 @main.command()
 @_from_table('link')
-def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         split_vars: str | None, cache: str | None, types_stamp: str | None,
-         base_index: str | None,
-         objects_path: str | None,
-         allow_missing: bool, jobs: int | None, quiet: bool, features: Features) -> None:
+def link(**values) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
     \b
@@ -238,12 +234,11 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
       objbtf link --base vmlinux --base-index .btf.vmlinux.index \\
                   --objects drivers/net/veth.mod drivers/net/veth.ko
     """
+    from linkdedup.settings import LinkSettings
     from .commands import Failure, run_link
-    _check_requires('link', click.get_current_context().params)
+    _check_requires('link', values)
     try:
-        lines = run_link(file, base_path, output, input_section, split_vars, cache,
-                         objects_path, allow_missing, jobs, quiet, features, base_index,
-                         types_stamp)
+        lines = run_link(LinkSettings(**values))
     except Failure as err:
         raise click.ClickException(str(err)) from None
     for line in lines:
