@@ -7,8 +7,8 @@ encoded object (bench/RESULTS.md); with them, the C extensions
 ``objbtf.C_EXTENSIONS`` names are built from their ``.c`` files.  With
 OBJBTF_MYPYC=0, without mypyc, or when mypyc or the C compiler fails, the
 installation is pure Python and works the same (README: "Compiled
-modules").  objbtf/objbtf-client is built from objbtf/client.c
-(objbtf/native_client.py); without a C compiler objbtf uses its Python
+modules").  objbtf/resident/objbtf-client is built from objbtf/resident/client.c
+(objbtf/resident/native_client.py); without a C compiler objbtf uses its Python
 client.
 """
 import os
@@ -60,10 +60,10 @@ class BuildPy(build_py):
 
     def run(self) -> None:
         super().run()
-        sys.path.insert(0, str(HERE / 'objbtf'))
+        sys.path.insert(0, str(HERE / 'objbtf' / 'resident'))
         import native_client
-        dest = HERE / 'objbtf' if getattr(self, 'editable_mode', False) \
-            else Path(self.build_lib) / 'objbtf'
+        dest = HERE / 'objbtf' / 'resident' if getattr(self, 'editable_mode', False) \
+            else Path(self.build_lib) / 'objbtf' / 'resident'
         dest.mkdir(parents=True, exist_ok=True)
         try:
             native_client.build(dest)

@@ -1,6 +1,6 @@
 """CPU and memory of everything a benchmark starts, objbtf's resident server included.
 
-objbtf's resident server (objbtf/server.py) is started by the first objbtf
+objbtf's resident server (objbtf/resident/server.py) is started by the first objbtf
 command of a build tree, in a session of its own, and outlives it: it is no
 child of make, and RUSAGE_CHILDREN would never see its CPU.  A benchmark
 that calls ``become_subreaper()`` first gets every such orphan reparented to

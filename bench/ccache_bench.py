@@ -4,7 +4,7 @@ build pays for it (the ccache hit), with and without objbtf's encode cache.
 
 ccache restores only what the compiler wrote, so Kbuild's post-step
 encodes every restored object again; OBJBTF_CACHE_DIR keeps the encodes
-(objbtf/encode_cache.py).  Every Nth object of the reference kernel is
+(objbtf/encode/cache.py).  Every Nth object of the reference kernel is
 compiled through ccache once (its saved Kbuild command, gcc, output in a
 scratch tree at the object's path) and encoded with the encode cache
 (untimed: this fills both caches, and its compile CPU is the cold compile's

@@ -51,7 +51,7 @@ def encode_part(build: Path, every: int, chunks: bool,
     from kernel_tree import objects
     from objbtf.btf.types import gc_paused
     from objbtf.elf.reader import ElfFile
-    from objbtf.encoder import encode_elf, has_dwarf
+    from objbtf.encode.encoder import encode_elf, has_dwarf
     from objbtf.features import Features
 
     features = Features()
@@ -81,17 +81,19 @@ def encode_part(build: Path, every: int, chunks: bool,
 def link_part(tree: Path, work: Path) -> tuple[dict[str, float], str]:
     from kernel_tree import TMP_VMLINUX
     from linkdedup.pipeline import link
+    from linkdedup.settings import LinkSettings
     from objbtf.features import Features
 
     out = work / 'vmlinux.btf'
     start = time.process_time()
-    link(str(tree / TMP_VMLINUX), features=Features(), output=str(out), jobs=1)
+    link(LinkSettings(str(tree / TMP_VMLINUX), Features(), output=str(out), jobs=1, quiet=True))
     cpu = time.process_time() - start
     return {'link': cpu}, hashlib.sha256(out.read_bytes()).hexdigest()
 
 
 def modules_part(tree: Path, base: Path, work: Path) -> tuple[dict[str, float], str]:
     from linkdedup.pipeline import link
+    from linkdedup.settings import LinkSettings
     from objbtf.features import Features
 
     features = Features()
@@ -102,8 +104,9 @@ def modules_part(tree: Path, base: Path, work: Path) -> tuple[dict[str, float], 
 
     def run(ko: Path, part: str) -> bytes:
         start = time.process_time()
-        link(str(ko), features=features, base_path=str(base), output=str(out),
-             base_index=str(index) if part != 'modules' else None)
+        link(LinkSettings(str(ko), features, base_path=str(base), output=str(out),
+                          base_index=str(index) if part != 'modules' else None, jobs=1,
+                          quiet=True))
         cpu[part] += time.process_time() - start
         return out.read_bytes()
     kos = sorted(tree.rglob('*.ko'))
@@ -122,10 +125,12 @@ def tree_part(build: Path, tree: Path, vmlinux_btf: Path) -> tuple[dict[str, flo
     the module links."""
     from kernel_tree import TMP_VMLINUX, encoded_tree
     from linkdedup.pipeline import link
+    from linkdedup.settings import LinkSettings
     from objbtf.features import Features
     if not (tree / TMP_VMLINUX).exists():
         encoded_tree(build, tree)
-    link(str(tree / TMP_VMLINUX), features=Features(), output=str(vmlinux_btf))
+    link(LinkSettings(str(tree / TMP_VMLINUX), Features(), output=str(vmlinux_btf), jobs=1,
+                      quiet=True))
     return {}, ''
 
 

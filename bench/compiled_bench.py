@@ -36,16 +36,16 @@ from trust import paired_ratio  # noqa: E402
 RUN = '''
 import shutil, sys, time
 from pathlib import Path
-import objbtf, objbtf.encoder
-from objbtf.encode_file import encode_path
+import objbtf, objbtf.encode.encoder
+from objbtf.encode.object_file import encode_path
 from objbtf.features import Features
 work, cpu, check = Path(sys.argv[1]), 0.0, [0.0]
-refuse_invalid = objbtf.encoder._refuse_invalid
+refuse_invalid = objbtf.encode.encoder._refuse_invalid
 def timed_check(btf, source):
     start = time.process_time()
     refuse_invalid(btf, source)
     check[0] += time.process_time() - start
-objbtf.encoder._refuse_invalid = timed_check
+objbtf.encode.encoder._refuse_invalid = timed_check
 for i, obj in enumerate(sys.argv[2:]):
     copy = work / f"{i}.o"
     shutil.copyfile(obj, copy)

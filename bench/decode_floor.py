@@ -50,7 +50,7 @@ from objbtf.btf.dedup import dedup
 from objbtf.btf.reader import parse_btf
 from objbtf.dwarf.reader import read_units
 from objbtf.elf.reader import ElfFile
-from objbtf.encoder import debug_sections, encode_elf
+from objbtf.encode.encoder import debug_sections, encode_elf
 from objbtf.features import Features
 from libbpf_oracle import libbpf
 lib, features = libbpf(), Features()

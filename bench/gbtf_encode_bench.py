@@ -53,7 +53,7 @@ from resident_bench import child_cpu, run_phase  # noqa: E402
 CHILD = r'''
 import json, os, shutil, sys, tempfile, time
 import objbtf
-from objbtf.encode_file import encode_path
+from objbtf.encode.object_file import encode_path
 from objbtf.features import Features
 features = Features()
 reps, objs = int(sys.argv[1]), sys.argv[2:]

@@ -50,7 +50,7 @@ records, finished or not.
 With --ccache every variant compiles with ``CC='ccache gcc'`` (one
 CCACHE_DIR in WORK, shared: CCACHE_NOHASHDIR, since each variant builds in
 its own directory), and objbtf keeps its encodes in OBJBTF_CACHE_DIR
-(objbtf/encode_cache.py): a CI farm's setting.  An untimed full build of
+(objbtf/encode/cache.py): a CI farm's setting.  An untimed full build of
 each variant first fills both caches, so that every measured build finds
 them warm.
 

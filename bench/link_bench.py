@@ -150,12 +150,13 @@ def in_process_cpu(ko: Path, base: Path, index: Path | None, out: Path, n: int) 
     """Median CPU seconds of ``n`` module links in this process, after one
     that imports everything (and makes the index)."""
     from linkdedup.pipeline import link
+    from linkdedup.settings import LinkSettings
     from objbtf.features import Features
 
     def once() -> float:
         start = time.process_time()
-        link(str(ko), features=Features(), base_path=str(base), output=str(out),
-             base_index=str(index) if index else None)
+        link(LinkSettings(str(ko), Features(), base_path=str(base), output=str(out),
+                          base_index=str(index) if index else None, jobs=1, quiet=True))
         return time.process_time() - start
     once()
     return statistics.median(once() for _ in range(n))

@@ -58,9 +58,9 @@ HELPER = r'''
 import sys, time
 from objbtf import implementation
 from objbtf.btf.types import gc_paused
-from objbtf.commands import run_encode
+from objbtf.cli.commands import run_encode
 from objbtf.elf.reader import ElfFile
-from objbtf.encoder import encode_elf
+from objbtf.encode.encoder import encode_elf
 from objbtf.features import Features
 features = Features()
 print(implementation(), flush=True)

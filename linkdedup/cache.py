@@ -30,7 +30,7 @@ from objbtf.btf.types import Btf, BtfType, VarSecinfo
 from objbtf.btf.writer import rewrite_type
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
-from objbtf.sources import source_digest
+from objbtf.source_digest import source_digest
 
 from .concat import Blob
 from .datasec import misplaced

@@ -2,7 +2,7 @@
 table is known (btf_encoder.c of dwarves v1.31).
 
 Each object's encoder emitted a FUNC for every function definition named
-after one of its function symbols' keys (``objbtf/functions.py``: the
+after one of its function symbols' keys (``objbtf/btf/function_rules.py``: the
 name before the first '.', so a ``foo.constprop.0`` clone gives ``foo``)
 and recorded what DWARF says of it in its chunk.  Here, with
 ``consistent_func`` (pahole's --skip_encoding_btf_inconsistent_proto), a
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 
 from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.types import Btf
-from objbtf.functions import (
+from objbtf.btf.function_rules import (
     FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, STT_FUNC, function_key,
     prototype,
 )

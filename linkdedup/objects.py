@@ -17,7 +17,7 @@ from objbtf.btf.chunk import SECTION as CHUNK_SECTION
 from objbtf.btf.chunk import VERSION, Chunk
 from objbtf.btf.hashing import HASH_SCHEME
 from objbtf.errors import ObjbtfError
-from objbtf.files import read_regular
+from objbtf.regular_files import read_regular
 
 from .archive import ArchiveError, is_archive, thin_member_paths
 

@@ -24,8 +24,8 @@ from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 from objbtf.errors import ObjbtfError, shown
 from objbtf.features import Features
-from objbtf.files import file_identity
-from objbtf.functions import FACT_WEAK
+from objbtf.regular_files import file_identity
+from objbtf.btf.function_rules import FACT_WEAK
 
 from . import cache as link_cache
 from . import stamp
@@ -40,9 +40,10 @@ from .objects import ObjectList, ObjectsError, refuse_foreign
 from .premap import split_dedup
 from .rehash import hashed_chunk, unmerged_chunk
 from .relocate import Field, Fields, Placements, entry_fields, place_variables
+from .settings import LinkSettings
 from .split_vars import split_variables
 from .tombstone import Tombstones
-from .workers import run_sharded
+from .workers import default_jobs, run_sharded
 
 
 class LinkError(ObjbtfError):
@@ -141,21 +142,9 @@ class LinkState:
     graves: Tombstones              # relocate_pass
     final: Btf                      # dedup_pass
 
-    def __init__(self, path: str, features: Features, *, base_path: str | None = None,
-                 output: str | None = None, section: str = '.BTF',
-                 split_vars: str | None = None, cache: str | None = None,
-                 objects: ObjectList | None = None, jobs: int = 1,
-                 progress: Progress | None = None, base_index: str | None = None,
-                 types_stamp: str | None = None, merge: bool = True):
-        self.path = path
-        self.features = features
-        self.base_path = base_path
-        self.base_index = base_index
-        self.output = output
-        self.section = section
-        self.split_vars = split_vars
-        self.cache = cache
-        self.types_stamp = types_stamp
+    def __init__(self, settings: LinkSettings, *, objects: ObjectList | None = None,
+                 jobs: int = 1, progress: Progress | None = None, merge: bool = True):
+        self.settings = settings
         self.objects = objects
         self.jobs = jobs
         self.progress = progress or Progress(False)
@@ -174,7 +163,7 @@ class LinkState:
     def raw_bytes(self) -> bytes:
         """The final BTF's bytes, for the passes that follow them (``FINISH``)."""
         if self.raw is None:
-            raise LinkError(f'{self.path}: the link wrote nothing (a pass out of order)')
+            raise LinkError(f'{self.settings.file}: the link wrote nothing (a pass out of order)')
         return self.raw
 
     @property
@@ -183,30 +172,29 @@ class LinkState:
         return self.table.btf
 
 
-def link(path: str, *, features: Features, base_path: str | None = None,
-         output: str | None = None, section: str = '.BTF', split_vars: str | None = None,
-         cache: str | None = None, objects: ObjectList | None = None,
-         jobs: int = 1, progress: Progress | None = None,
-         base_index: str | None = None, types_stamp: str | None = None) -> Summary:
-    """Turn the per-object BTF in ``path`` into its final BTF; with
+def link(settings: LinkSettings) -> Summary:
+    """Turn the per-object BTF in ``settings.file`` into its final BTF; with
     ``split_vars``, the non-percpu variables go there, as split BTF; with
     ``cache``, a link whose objects' types are those of the last one
-    replays it (``cache.py``); with ``objects``, every object it lists must
-    have BTF in ``path``; ``jobs`` processes share the work over the
+    replays it (``cache.py``); with ``objects_path``, every object it lists
+    must have BTF in the file; ``jobs`` processes share the work over the
     objects (``workers.py``), with the same output for any number; with
     ``base_index``, a module link keeps an index of the base's BTF there
     (``base_index.py``) and dedups through it (``premap.py``), to the same
     output; with ``types_stamp``, that file changes only when the types
-    modules depend on do (``stamp.py``)."""
-    state = LinkState(path, features, base_path=base_path, output=output, section=section,
-                      split_vars=split_vars, cache=cache, objects=objects, jobs=jobs,
-                      progress=progress, base_index=base_index, types_stamp=types_stamp)
+    modules depend on do (``stamp.py``).  Progress goes to stderr when it
+    is a terminal, unless ``quiet``."""
+    objects = (ObjectList(settings.objects_path, settings.allow_missing)
+               if settings.objects_path else None)
+    state = LinkState(settings, objects=objects, jobs=settings.jobs or default_jobs(),
+                      progress=Progress(sys.stderr.isatty() and not settings.quiet))
     started = time.monotonic()
-    if cache is not None and (base_path or split_vars):
+    path, base_path = settings.file, settings.base_path
+    if settings.cache is not None and (base_path or settings.split_vars):
         raise LinkError(f'{path}: --cache is for vmlinux, without --base or --split-vars')
-    if types_stamp is not None and base_path:
+    if settings.types_stamp is not None and base_path:
         raise LinkError(f'{path}: --types-stamp is for vmlinux, without --base')
-    if base_index is not None and not base_path:
+    if settings.base_index is not None and not base_path:
         raise LinkError(f'{path}: --base-index is for a module link, with --base')
     # The link builds tens of thousands of objects and no cycles: the
     # collector, paused, would only walk them; the state goes before it
@@ -220,9 +208,10 @@ def link(path: str, *, features: Features, base_path: str | None = None,
 
 def _linked(state: LinkState) -> Summary:
     """``link``'s work on ``state``."""
-    if state.base_path:
-        state.base, state.index = _load_base(state.base_path, state.base_index, state.progress)
-    with ElfFile.open(state.path) as elf:
+    if state.settings.base_path:
+        state.base, state.index = _load_base(state.settings.base_path, state.settings.base_index,
+                                             state.progress)
+    with ElfFile.open(state.settings.file) as elf:
         state.elf = elf
         run_passes(state, LINK)
     state.progress.done()
@@ -240,21 +229,21 @@ def run_passes(state: LinkState, passes: tuple) -> None:
 def read_pass(state: LinkState) -> None:
     """Pass 1: the blobs of the section and their chunks (``concat``,
     ``objects``, ``rehash``), and what the later passes take from symbols."""
-    state.inputs = read_inputs(state.elf, state.path, state.section, state.progress,
-                               state.objects, state.jobs, state.merge)
+    state.inputs = read_inputs(state.elf, state.settings.file, state.settings.input_section,
+                               state.progress, state.objects, state.jobs, state.merge)
     state.summary.typeless = state.inputs.typeless
-    state.symbols = FromSymbols(state.elf, state.features, state.base_path)
+    state.symbols = FromSymbols(state.elf, state.settings.features, state.settings.base_path)
 
 
 def replay_pass(state: LinkState) -> None:
     """With ``--cache``: the final BTF of the last link, if its objects'
     types were these (``cache``)."""
-    if state.cache is None:
+    if state.settings.cache is None:
         return
     state.cache_key = link_cache.cache_key(state.inputs.chunks, state.symbols.ambiguous,
-                                           state.symbols.kfuncs, state.features.names(),
-                                           state.section)
-    cached = link_cache.load(state.cache, state.cache_key)
+                                           state.symbols.kfuncs, state.settings.features.names(),
+                                           state.settings.input_section)
+    cached = link_cache.load(state.settings.cache, state.cache_key)
     if cached is None:
         return
     state.raw = link_cache.replay(cached, state.elf, state.inputs.section, state.inputs.blobs)
@@ -315,8 +304,8 @@ def _check_datasecs(state: LinkState) -> None:
         j, overlaps = bad
         clash = (f'overlaps {variable(j - 1)}' if overlaps
                  else f'lies outside the section ({ds.size} bytes)')
-        raise LinkError(f'{state.path}: in section {shown(ds.name)}, {variable(j)} {clash}: '
-                        'are the relocations of .BTF or the symbols corrupt?')
+        raise LinkError(f'{state.settings.file}: in section {shown(ds.name)}, {variable(j)} '
+                        f'{clash}: are the relocations of .BTF or the symbols corrupt?')
 
 
 def _check_final_datasecs(state: LinkState) -> None:
@@ -335,8 +324,8 @@ def _check_final_datasecs(state: LinkState) -> None:
     problem = first_problem_among(final, datasecs + [v.type for ds in datasecs
                                                     for v in final[ds].items])
     if problem is not None:
-        raise LinkError(f'{state.path}: the DATASECs made of the objects\' variables break a '
-                        f'rule of the kernel\'s: {shown(str(problem))}')
+        raise LinkError(f'{state.settings.file}: the DATASECs made of the objects\' variables '
+                        f'break a rule of the kernel\'s: {shown(str(problem))}')
 
 
 def functions_pass(state: LinkState) -> None:
@@ -349,7 +338,7 @@ def functions_pass(state: LinkState) -> None:
         blob, _ = table.origin(func_id)
         return bool(weak_in[blob.order].get(btf[func_id].name, 0) & FACT_WEAK)
     state.summary.functions = check_functions(btf, state.symbols.ambiguous, state.graves,
-                                              state.features.consistent_func,
+                                              state.settings.features.consistent_func,
                                               merged_facts(state.inputs.chunks), weak)
 
 
@@ -357,7 +346,7 @@ def kfuncs_pass(state: LinkState) -> None:
     """Pass 6: a ``bpf_kfunc`` tag on every kfunc (``kfuncs``)."""
     state.progress.step('kfuncs')
     state.summary.kfuncs = tag_kfuncs(state.btf, state.symbols.kfuncs,
-                                      state.features.attributes)
+                                      state.settings.features.attributes)
 
 
 def dedup_pass(state: LinkState) -> None:
@@ -377,7 +366,7 @@ def dedup_pass(state: LinkState) -> None:
         problem = _base_problem(state.base) if state.base is not None else None
         if problem is None:
             raise
-        raise LinkError(f'{state.base_path}: the base BTF is damaged: {problem}') from None
+        raise LinkError(f'{state.settings.base_path}: the base BTF is damaged: {problem}') from None
     _check_final_datasecs(state)
     state.summary.types_out = len(state.final)
 
@@ -401,22 +390,22 @@ def encode_pass(state: LinkState) -> None:
     except UnicodeEncodeError as err:
         # As encode: a name read from damaged bytes (here a section's, or a
         # blob's that a re-signed chunk vouched for) cannot be BTF text.
-        raise LinkError(f"{state.path}: a name that is not UTF-8: '{shown(err.object)}'") \
+        raise LinkError(f"{state.settings.file}: a name that is not UTF-8: '{shown(err.object)}'") \
             from None
-    if state.split_vars is not None:
+    if state.settings.split_vars is not None:
         if state.base is not None:
-            raise LinkError(f'{state.path}: --split-vars is for vmlinux, not for a module')
+            raise LinkError(f'{state.settings.file}: --split-vars is for vmlinux, not for a module')
         raw, split_raw, moved = split_variables(state.final)
         if not moved:
-            raise LinkError(f'{state.path}: no variables outside .data..percpu to split off: '
-                            'encode the objects with --btf-features default,global_var')
-        write_atomically(state.split_vars, [split_raw])
-        state.summary.split = f'{moved} variables to {state.split_vars}'
-    if state.cache is not None and state.cache_key is not None:     # replay_pass made the key
+            raise LinkError(f'{state.settings.file}: no variables outside .data..percpu to split '
+                            'off: encode the objects with --btf-features default,global_var')
+        write_atomically(state.settings.split_vars, [split_raw])
+        state.summary.split = f'{moved} variables to {state.settings.split_vars}'
+    if state.settings.cache is not None and state.cache_key is not None:   # replay_pass made it
         datasecs = link_cache.describe_datasecs(state.final, offsets, state.layout,
                                                 BTF_HEADER_LEN)
         if datasecs is not None:
-            link_cache.store(state.cache, state.cache_key,
+            link_cache.store(state.settings.cache, state.cache_key,
                              link_cache.CachedLink(raw, datasecs, state.summary.cacheable()))
     state.raw = raw
 
@@ -424,21 +413,21 @@ def encode_pass(state: LinkState) -> None:
 def layout_pass(state: LinkState) -> None:
     """Pass 9: with ``layout``, the kind layout section (``with_kind_layout``),
     in base BTF only, as pahole adds it."""
-    if state.features.layout and state.base is None:
+    if state.settings.features.layout and state.base is None:
         state.raw = with_kind_layout(state.raw_bytes)
 
 
 def emit_pass(state: LinkState) -> None:
     """Pass 10: the final BTF written where it was asked for (``emit``)."""
-    state.summary.written = emit(state.raw_bytes, state.elf, state.path, state.section,
-                                 state.output)
+    state.summary.written = emit(state.raw_bytes, state.elf, state.settings.file,
+                                 state.settings.input_section, state.settings.output)
 
 
 def stamp_pass(state: LinkState) -> None:
     """Pass 11: with ``--types-stamp``, that file rewritten if the types
     modules depend on changed (``stamp``)."""
-    if state.types_stamp is not None:
-        stamp.stamp_types(state.types_stamp, state.raw_bytes, state.path)
+    if state.settings.types_stamp is not None:
+        stamp.stamp_types(state.settings.types_stamp, state.raw_bytes, state.settings.file)
 
 
 #: The passes before dedup: what libbpf's dedup would be given.
@@ -539,7 +528,7 @@ def _blob_error(make: Callable[[Blob], Chunk], blob: Blob, path: str) -> Chunk:
 def unmerged_table(elf: ElfFile, path: str, features: Features) -> Btf:
     """The passes before dedup on every type as it is, without merging by
     hash: what libbpf's dedup would be given (the tests compare the two)."""
-    state = LinkState(path, features, merge=False)
+    state = LinkState(LinkSettings(path, features), merge=False)
     state.elf = elf
     run_passes(state, (read_pass, *PREPARE))
     return state.btf

@@ -6,18 +6,19 @@ modules run unless OBJBTF_PURE=1 is set, or one of their sources is newer
 than the compiled code (a checkout edited under an editable install): then
 those modules are imported from their Python sources, all of them, since
 compiled modules call each other directly.  ``implementation()`` says which.
-Only ``posix`` and ``sys`` here: the bare client imports this package.
+Only ``posix`` and ``sys`` here: the Python client imports this package.
 """
 import posix
 import sys
 
 #: The modules setup.py compiles: the per-object path's, and the module
 #: link's own passes (merge, and the dedup through the base's index).
-COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.hashing', 'objbtf.btf.reader', 'objbtf.btf.strings',
+COMPILED = ('objbtf.btf.dedup', 'objbtf.btf.function_rules', 'objbtf.btf.hashing',
+            'objbtf.btf.reader', 'objbtf.btf.strings', 'objbtf.btf.type_rules',
             'objbtf.btf.types', 'objbtf.btf.validate', 'objbtf.btf.writer',
             'objbtf.compiler_btf.loader', 'objbtf.dwarf.constants', 'objbtf.dwarf.loader',
             'objbtf.dwarf.locations', 'objbtf.dwarf.reader', 'objbtf.elf.reader',
-            'objbtf.elf.relocs', 'objbtf.encoder', 'objbtf.functions', 'objbtf.rules',
+            'objbtf.elf.relocs', 'objbtf.encode.encoder',
             'linkdedup.base_index', 'linkdedup.merge', 'linkdedup.premap')
 #: The C extensions built with them (setup.py), each from its ``.c``, and
 #: used only when they are: the blob's writer, hashes and kernel-rule

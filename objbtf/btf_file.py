@@ -9,7 +9,7 @@ from .btf.types import Btf
 from .elf.errors import ElfError
 from .elf.consts import ET_REL, SHT_REL
 from .elf.reader import ElfFile, Section
-from .files import open_regular, read_regular
+from .regular_files import open_regular, read_regular
 
 ELF_MAGIC = b'\x7fELF'
 

@@ -1,7 +1,7 @@
 """Two BTFs compared by content, and the differences from pahole the README
 documents, listed once.
 
-The comparison is ``objbtf diff``'s (objbtf/diff.py): every named type by
+The comparison is ``objbtf diff``'s (objbtf/inspect/diff.py): every named type by
 its declaration (members with their types, offsets and bitfield sizes,
 sizes, enumerators, a typedef's target), every DECL_TAG by its target,
 every FUNC by its prototype, every VAR by its declaration, linkage and
@@ -40,10 +40,10 @@ from pathlib import Path
 from conftest import need, run
 from objbtf.btf import Btf, Kind
 from objbtf.btf_file import load_btf_file
-from objbtf.diff import Section, compare, diff_btf, function_decls
+from objbtf.inspect.diff import Section, compare, diff_btf, function_decls
 from objbtf.elf.consts import STB_WEAK, STT_FUNC, STT_OBJECT
 from objbtf.elf.reader import ElfFile
-from objbtf.functions import function_key
+from objbtf.btf.function_rules import function_key
 
 #: The DECL_TAGs objbtf adds on kfuncs.
 KFUNC_TAGS = ('bpf_kfunc', 'bpf_fastcall')
@@ -108,7 +108,7 @@ PIC_ALIAS = '__pi_'
 
 def extra_funcs(theirs: dict[str, list[str]], ours: dict[str, list[str]], binary: Path,
                 objs: list[Path]) -> tuple[list[str], set[str], set[str]]:
-    """The FUNCs (``objbtf.diff.function_decls``) of the newest pahole's
+    """The FUNCs (``objbtf.inspect.diff.function_decls``) of the newest pahole's
     BTF (``theirs``) against objbtf's of the same ``binary``, made from
     ``objs``: (what no documented rule explains: a FUNC of pahole's missing
     or with another prototype, or one only objbtf has that neither rule

@@ -97,14 +97,14 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 def cache_entries(cache: Path) -> list[Path]:
     """The entries of the encode cache in ``cache``: every file but its
     counters (``encode_cache.STATS``)."""
-    from objbtf.encode_cache import STATS
+    from objbtf.encode.cache import STATS
     return sorted(p for p in cache.rglob('*') if p.is_file() and p.parent.name != STATS)
 
 
 def cache_counts(cache: Path) -> tuple[int, int]:
     """The hits and misses the encode cache in ``cache`` counted: a byte
     each, in its counter files (none yet: 0)."""
-    from objbtf.encode_cache import STATS
+    from objbtf.encode.cache import STATS
     counters = [cache / STATS / event for event in ('hits', 'misses')]
     return tuple(p.stat().st_size if p.exists() else 0 for p in counters)
 
@@ -137,10 +137,10 @@ def is_root() -> bool:
 
 @pytest.fixture
 def kernel_loader():
-    """``load_btf`` from objbtf.kernel; fails (not skips) when not root."""
+    """``load_btf`` from objbtf.inspect.kernel_load; fails (not skips) when not root."""
     if not is_root():
         pytest.fail('BPF_BTF_LOAD needs root; run the tests as root (CI does)')
-    from objbtf.kernel import load_btf
+    from objbtf.inspect.kernel_load import load_btf
     return load_btf
 
 

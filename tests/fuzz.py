@@ -314,7 +314,7 @@ def _child(argv: list[str], cwd: Path, err_fd: int) -> None:
     code = 0
     try:
         sys.argv = ['objbtf', *argv]
-        from objbtf.entry import main
+        from objbtf.cli.entry import main
         main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

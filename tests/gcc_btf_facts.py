@@ -58,7 +58,7 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
     assembly one ('asm functions')."""
     from objbtf.dwarf import constants as C
     from objbtf.dwarf.reader import read_units
-    from objbtf.encoder import debug_sections, has_dwarf
+    from objbtf.encode.encoder import debug_sections, has_dwarf
     facts = {k: Counter() for k in FACTS}
     with ElfFile.open(path) as elf:
         if not has_dwarf(elf):
@@ -103,7 +103,7 @@ def dwarf_only_drops(linked) -> set[str]:
     the objects linked into ``linked`` gives (their chunks' facts)."""
     from linkdedup.functions import merged_facts
     from objbtf.btf.chunk import SECTION, split_chunks
-    from objbtf.functions import DROPPING_FACTS
+    from objbtf.btf.function_rules import DROPPING_FACTS
     with ElfFile.open(str(linked)) as elf:
         chunks = split_chunks(elf.section_data(elf.section_by_name(SECTION)), elf.byteorder)
     return {name for name, flags in merged_facts(chunks).items() if flags & DROPPING_FACTS}

@@ -37,7 +37,7 @@ KALLSYMS_OBJECT = '.tmp_vmlinux0.kallsyms.o'
 def _encode(tree: str, path: str) -> None:
     """Encode ``path`` from the top of ``tree``, as Kbuild does: each object's
     chunk names it as vmlinux.a and the modules' .mod files do."""
-    from objbtf.encode_file import encode_path
+    from objbtf.encode.object_file import encode_path
     from objbtf.features import Features
     os.chdir(tree)
     encode_path(path, Features())

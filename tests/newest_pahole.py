@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, ROOT, run
 from objbtf.btf_file import load_btf_file
-from objbtf.diff import function_decls
+from objbtf.inspect.diff import function_decls
 
 TARBALL = ROOT / 'vendor' / 'dwarves-1436dafff5c2.tar.xz'
 #: The small objects of tests/fixtures/functions, in link order (anchor.c

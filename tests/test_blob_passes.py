@@ -35,7 +35,7 @@ from objbtf.btf.types import (
 from objbtf.btf.validate import first_problem, first_problem_of_blob
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
-from objbtf.encode_file import _encode
+from objbtf.encode.object_file import _encode
 from objbtf.features import Features
 
 #: Compiler and flags: both compilers, 32-bit, big-endian, and GCC's own BTF.

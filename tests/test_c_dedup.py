@@ -29,7 +29,7 @@ from objbtf.btf.types import Btf, BtfType, Member, Param, gc_paused
 from objbtf.btf.writer import encode_btf
 from objbtf.compiler_btf.loader import load_compiler_btf
 from objbtf.elf.reader import ElfFile
-from objbtf.encoder import BTF_SECTION, _add_datasecs, has_dwarf, load_dwarf
+from objbtf.encode.encoder import BTF_SECTION, _add_datasecs, has_dwarf, load_dwarf
 from objbtf.features import Features
 
 FEATURES = Features()

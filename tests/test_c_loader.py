@@ -28,7 +28,7 @@ from objbtf.dwarf.reader import (
     P_SPECIFICATION, Expr, read_units,
 )
 from objbtf.elf.reader import ElfFile
-from objbtf.encoder import _all_dies, debug_sections, has_dwarf
+from objbtf.encode.encoder import _all_dies, debug_sections, has_dwarf
 from objbtf.features import Features
 
 _C = loader_module._C

@@ -24,6 +24,7 @@ from linkdedup import merge
 from linkdedup.concat import split_blobs
 from linkdedup.pipeline import LinkState, read_pass
 from linkdedup.rehash import hashed_chunk
+from linkdedup.settings import LinkSettings
 from objbtf.btf.errors import BtfError
 from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.reader import parse_btf
@@ -240,7 +241,7 @@ def kernel_parts(encoded_kernel) -> list[merge._Part]:
     """The parts the vmlinux link merges."""
     path = str(encoded_kernel / TMP_VMLINUX)
     with ElfFile.open(path) as elf:
-        state = LinkState(path, Features())
+        state = LinkState(LinkSettings(path, Features()))
         state.elf = elf
         read_pass(state)
         yield [merge._Part(i, b, state.inputs.chunks[i])

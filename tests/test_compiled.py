@@ -117,7 +117,7 @@ def test_edited_source_is_not_shadowed(compiled, tmp_path):
 
 def test_pure_switch_is_part_of_the_server_identity(compiled):
     """A resident server never serves a client that asked for the other code."""
-    digest = 'from objbtf.client import code_digest; print(code_digest())'
+    digest = 'from objbtf.resident.protocol import code_digest; print(code_digest())'
     assert python(compiled, digest) != python(compiled, digest, OBJBTF_PURE='1')
     assert python(compiled, digest) == python(compiled, digest, OBJBTF_PURE='0')
 

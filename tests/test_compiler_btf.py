@@ -252,7 +252,7 @@ def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     what gcc_btf_facts derives from that object's DWARF."""
     from encode_bench import compile_command
     from gcc_btf_facts import dwarf_facts, function_symbols, unexplained
-    from objbtf.encode_file import encode_path
+    from objbtf.encode.object_file import encode_path
     from objbtf.features import Features
     cmd = compile_command(build, obj, work / 'gbtf.o')
     if flags == 'gbtf':

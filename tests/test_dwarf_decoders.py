@@ -19,7 +19,7 @@ from objbtf.btf.types import gc_paused
 from objbtf.dwarf import reader
 from objbtf.dwarf.reader import CompileUnit, DebugSections, Die, DwarfError, decode_units
 from objbtf.elf.reader import ElfFile
-from objbtf.encoder import debug_sections, has_dwarf
+from objbtf.encode.encoder import debug_sections, has_dwarf
 
 #: Compiler and flags: both DWARF versions, both compilers' forms (clang's
 #: DWARF 5 indexes strings and location lists), 32-bit and big-endian.

@@ -254,7 +254,7 @@ def test_encoding_leaves_the_cyclic_collector_nothing_to_walk(kernel_build, tmp_
     least one object per type."""
     import gc
     import shutil
-    from objbtf.commands import run_encode
+    from objbtf.cli.commands import run_encode
     from objbtf.features import Features
     obj = shutil.copyfile(kernel_build / 'kernel' / 'fork.o', tmp_path / 'fork.o')
     warm = shutil.copyfile(obj, tmp_path / 'warm.o')

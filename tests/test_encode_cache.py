@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import C_FIXTURES, ROOT, cache_entries as entries, compile_c, need, run
-from objbtf import encode_cache, encode_file
-from objbtf.encode_cache import EncodeCache, parse_size
-from objbtf.encode_file import encode_path
-from objbtf.encoder import Written
+from objbtf.encode import cache as encode_cache, object_file
+from objbtf.encode.cache import EncodeCache, parse_size
+from objbtf.encode.object_file import encode_path
+from objbtf.encode.encoder import Written
 from objbtf.features import Features
 
 
@@ -58,7 +58,7 @@ def no_encoding(monkeypatch) -> None:
     """Any encode from now on fails the test: what follows must be a hit."""
     def refuse(*args):
         raise AssertionError('encoded although the cache had the object')
-    monkeypatch.setattr(encode_file, '_encode', refuse)
+    monkeypatch.setattr(object_file, '_encode', refuse)
 
 
 def test_a_hit_writes_the_bytes_an_encode_writes_without_encoding(tmp_path, compiled,

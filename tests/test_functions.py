@@ -13,9 +13,9 @@ from conftest import need, objbtf, run
 from newest_pahole import build_clones, funcs
 from objbtf.btf.chunk import SECTION, split_chunks
 from objbtf.btf_file import load_btf_file
-from objbtf.diff import compare, function_decls
+from objbtf.inspect.diff import compare, function_decls
 from objbtf.elf.reader import ElfFile
-from objbtf.functions import (
+from objbtf.btf.function_rules import (
     FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_key,
 )
 

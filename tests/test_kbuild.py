@@ -30,7 +30,7 @@ from kernel_matrix import VERSIONS
 from newest_pahole import NEWEST_PAHOLE_FLAGS, funcs
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.header import BtfHeader
-from objbtf.diff import function_decls
+from objbtf.inspect.diff import function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
 from saved_commands import saved_command
@@ -188,7 +188,7 @@ GOAL_VARIABLES = {'compile': ['need-compiler=1'], 'config': ['need-compiler=1', 
 
 
 @pytest.mark.parametrize('version', VERSIONS)
-@pytest.mark.parametrize('quick', ['/opt/objbtf/objbtf-client', ''])
+@pytest.mark.parametrize('quick', ['/opt/objbtf/resident/objbtf-client', ''])
 @pytest.mark.parametrize('goal', ['compile', 'config', 'install'])
 def test_objbtf_is_asked_once_per_build_for_its_command(tmp_path, version, quick, goal):
     """The patched Kbuild.include asks OBJBTF for its quick command once, in

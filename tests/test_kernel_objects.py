@@ -21,7 +21,7 @@ pytestmark = pytest.mark.kernel
 
 def _check_one(obj: str) -> tuple[str, list[str], int, bytes | None]:
     """Encode a copy of ``obj``; return (obj, differences from pahole, extra vars, .BTF)."""
-    from objbtf.encode_file import encode_path
+    from objbtf.encode.object_file import encode_path
     from objbtf.features import Features
     from pahole_compare import differences as diff
     with tempfile.TemporaryDirectory() as d:

@@ -12,13 +12,14 @@ from conftest import C_FIXTURES, FIXTURES, encoded_c, need, objbtf, run
 from libbpf_oracle import isomorphism_problem, libbpf_dedup
 from linkdedup.concat import split_blobs
 from linkdedup.pipeline import unmerged_table
+from linkdedup.settings import LinkSettings
 from objbtf.btf import Kind, parse_btf
 from objbtf.btf.chunk import split_chunks
 from objbtf.btf.header import BtfHeader
 from objbtf.btf.kinds import KINDS
 from objbtf.btf.writer import encode_btf
 from objbtf.btf_file import read_btf_bytes
-from objbtf.diff import function_decls
+from objbtf.inspect.diff import function_decls
 from objbtf.elf.consts import STT_OBJECT, STT_SECTION
 from objbtf.elf.reader import ElfFile
 from objbtf.features import Features
@@ -277,8 +278,8 @@ def test_a_process_reuses_its_indexed_base_until_the_base_changes(units, tmp_pat
 
     def in_process() -> tuple[bytes, object]:
         out = tmp_path / 'here.btf'
-        pipeline.link(str(module), features=Features(), base_path=str(base),
-                      base_index=str(index), output=str(out))
+        pipeline.link(LinkSettings(str(module), Features(), base_path=str(base),
+                                   base_index=str(index), output=str(out), jobs=1, quiet=True))
         return out.read_bytes(), pipeline._last_base[1]
 
     base.write_bytes(bases[0])

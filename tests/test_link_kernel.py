@@ -18,9 +18,9 @@ from kernel_matrix import REFERENCE
 from kernel_tree import EXTRA_VMLINUX_OBJECTS, KALLSYMS_OBJECT, TMP_VMLINUX, relink_module
 from linkdedup.archive import thin_member_paths
 from objbtf.btf import Kind, parse_btf
+from objbtf.btf.function_rules import DROPPING_FACTS, FACT_WEAK, function_key
 from objbtf.elf.reader import ElfFile
 from newest_pahole import funcs
-from objbtf.functions import DROPPING_FACTS, FACT_WEAK, function_key
 from stock_btf import pahole_flags
 
 pytestmark = pytest.mark.kernel

@@ -10,13 +10,14 @@ import click
 import pytest
 
 from conftest import ROOT
-from objbtf import cli
-from objbtf.options import COMMANDS, FAST, parse_fast
+from objbtf.cli import click_cli
+from objbtf.cli.dispatch_table import SERVED
+from objbtf.cli.options import COMMANDS, parse_fast
 
 
 def click_values(argv: list[str]) -> dict | None:
     """The values click gives the command's function, or None on a usage error."""
-    command = cli.main.commands[argv[0]]
+    command = click_cli.main.commands[argv[0]]
     try:
         ctx = command.make_context(argv[0], list(argv[1:]))
     except click.exceptions.Exit:
@@ -97,15 +98,15 @@ def test_fast_reader_leaves_the_rest_to_click(files, argv):
 def test_the_table_declares_every_option_click_has():
     """click's commands carry exactly the table's options and arguments."""
     for name, command in COMMANDS.items():
-        params = {p.name for p in cli.main.commands[name].params}
+        params = {p.name for p in click_cli.main.commands[name].params}
         assert params == {o.dest for o in command.options} | {command.argument.dest}, name
-    assert set(FAST) <= set(COMMANDS)
+    assert set(SERVED) <= set(COMMANDS)
 
 
 def test_fast_path_imports_no_click(tmp_path):
     """An encode in process, by the console entry, never imports click."""
     code = ('import sys; sys.argv = ["objbtf", "encode", "-q", "missing.o"]\n'
-            'from objbtf.entry import main\n'
+            'from objbtf.cli.entry import main\n'
             'try:\n    main()\nexcept SystemExit:\n    pass\n'
             'print("click" in sys.modules)')
     r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
@@ -119,13 +120,13 @@ def test_server_command_imports_no_click_and_prints_what_click_does(tmp_path, ar
     what the click command prints, without importing click."""
     env = {'PYTHONPATH': str(ROOT), 'OBJBTF_RESIDENT': '0', 'PATH': '/usr/bin:/bin'}
     code = (f'import sys; sys.argv = ["objbtf", *{argv!r}]\n'
-            'from objbtf.entry import main\n'
+            'from objbtf.cli.entry import main\n'
             'try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n'
             'print("click" in sys.modules)')
     r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
                        env=env)
     printed, imported = r.stdout.splitlines()
     assert imported == 'False', r.stderr
-    by_click = subprocess.run([sys.executable, '-c', 'from objbtf.cli import main; main()', *argv],
-                              cwd=tmp_path, capture_output=True, text=True, env=env)
+    by_click = subprocess.run([sys.executable, '-c', 'from objbtf.cli.click_cli import main; main()',
+                               *argv], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert by_click.returncode == 0 and printed == by_click.stdout.strip() != ''

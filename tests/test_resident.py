@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import C_FIXTURES, ROOT, cache_counts, cache_entries, compile_c, need, run
-from objbtf.encode_cache import STATS
+from objbtf.encode.cache import STATS
 
 NATIVE = 'objbtf-client'
 SERVER_LINE = re.compile(r'^objbtf-server pid=(\d+) requests=(\d+) user=(\d+\.\d+) sys=(\d+\.\d+)$')
@@ -345,7 +345,7 @@ def test_two_trees_get_two_servers(tmp_path, runtime, objects):
 #: Run as the other user: the client starts its server by executing its own
 #: interpreter again (``client._spawn``), so the probe does too.
 _REEXEC = ('import os, sys; '
-           'os.execv(sys.executable, [sys.executable, "-P", "-c", "import objbtf.client"])')
+           'os.execv(sys.executable, [sys.executable, "-P", "-c", "import objbtf.resident.client"])')
 
 
 def interpreter_of(user: list[str], env: dict[str, str]) -> str:
@@ -379,7 +379,7 @@ def test_two_users_never_share_a_server(runtime, objects):
     python = interpreter_of(as_nobody, env)
 
     def nobody_control(kind: str) -> list[dict]:
-        r = subprocess.run([*as_nobody, python, '-c', 'from objbtf.client import control; '
+        r = subprocess.run([*as_nobody, python, '-c', 'from objbtf.resident.client import control; '
                             f'print(control({kind!r}))'], cwd=tree, env=env, capture_output=True,
                            text=True, check=True)
         return eval(r.stdout)
@@ -422,10 +422,10 @@ def test_changed_objbtf_gets_a_new_server(tmp_path, runtime, objects):
     assert tree.run('encode', names[0]).returncode == 0
     [old] = tree.servers()
     assert old['root'] == str(code)
-    with open(code / 'objbtf' / 'encoder.py', 'a') as f:
+    with open(code / 'objbtf' / 'encode' / 'encoder.py', 'a') as f:
         f.write('\n# a new version\n')
     assert tree.run('encode', names[1]).returncode == 0
-    assert tree.native(code / 'objbtf' / NATIVE, 'encode', names[2]).returncode == 0
+    assert tree.native(code / 'objbtf' / 'resident' / NATIVE, 'encode', names[2]).returncode == 0
     servers = {s['pid']: s for s in tree.servers()}
     assert len(servers) == 2 and servers[old['pid']]['requests'] == old['requests']
     new = next(s for pid, s in servers.items() if pid != old['pid'])
@@ -438,7 +438,7 @@ def test_c_client_reaches_the_python_clients_server(tmp_path, runtime, objects):
     Python client does: started by either, one server serves both, and
     their objects are the in-process bytes."""
     program = shlex.split(Tree(tmp_path, runtime).run('server', 'command').stdout)
-    assert program == [str(ROOT / 'objbtf' / NATIVE)], 'objbtf-client is not built'
+    assert program == [str(ROOT / 'objbtf' / 'resident' / NATIVE)], 'objbtf-client is not built'
     served = Tree(tmp_path / 'served', runtime)
     local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
     names = populate(served.path, objects[:4], 1)
@@ -467,11 +467,11 @@ def test_c_client_is_linked_statically_else_dynamically(tmp_path):
     """native_client.build links the client statically (Debian's libc6-dev
     has the static C library), and where the static link fails, as with
     no static libc, links it dynamically."""
-    sys.path.insert(0, str(ROOT / 'objbtf'))
+    sys.path.insert(0, str(ROOT / 'objbtf' / 'resident'))
     try:
         import native_client
     finally:
-        sys.path.remove(str(ROOT / 'objbtf'))
+        sys.path.remove(str(ROOT / 'objbtf' / 'resident'))
     (tmp_path / 'static').mkdir()
     assert not _interpreter(native_client.build(tmp_path / 'static'))
     nostatic = tmp_path / 'cc'
@@ -480,10 +480,11 @@ def test_c_client_is_linked_statically_else_dynamically(tmp_path):
     (tmp_path / 'dynamic').mkdir()
     built = native_client.build(tmp_path / 'dynamic', cc=str(nostatic))
     assert _interpreter(built)
-    # it runs: with no objbtf two directories above it, it hands the
+    # it runs: with no objbtf three directories above it, it hands the
     # command to the Python client it cannot find there
     ran = subprocess.run([built, '--help'], capture_output=True, text=True, timeout=60)
-    assert ran.returncode != 0 and f'{tmp_path}/objbtf/bare.py' in ran.stderr, ran
+    assert ran.returncode != 0, ran
+    assert f'{tmp_path.parent}/objbtf/cli/entry_no_site.py' in ran.stderr, ran
     assert sorted(os.listdir(tmp_path / 'dynamic')) == [NATIVE]
 
 
@@ -553,7 +554,7 @@ def test_a_start_lock_never_released_delays_but_never_hangs(tmp_path, runtime, o
     nothing; an encode waits the client's START_TIMEOUT for the lock, then
     runs in process, with the in-process bytes."""
     import fcntl
-    from objbtf.client import START_TIMEOUT
+    from objbtf.resident.client import START_TIMEOUT
     tree = Tree(tmp_path, runtime)
     local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
     [name] = populate(tmp_path, objects[:1], 1)
@@ -577,8 +578,8 @@ def test_c_client_hands_the_rest_to_python(tmp_path, runtime, objects):
     a missing file) ends as the Python client ends it: the same status and
     output."""
     tree = Tree(tmp_path, runtime)
-    program = ROOT / 'objbtf' / NATIVE
-    bare = [sys.executable, '-S', str(ROOT / 'objbtf' / 'bare.py')]
+    program = ROOT / 'objbtf' / 'resident' / NATIVE
+    bare = [sys.executable, '-S', str(ROOT / 'objbtf' / 'cli' / 'entry_no_site.py')]
     [name] = populate(tmp_path, objects[:1], 1)
     for args, env in ((('encode', '--help'), {}), (('--version',), {}),
                       (('encode', '--no-such-option', name), {}), (('dump', name), {}),
@@ -618,7 +619,7 @@ def test_a_worker_takes_each_clients_environment_as_it_is():
     (a variable added, changed, removed, and the first one again)."""
     code = """if True:
         import os, sys
-        from objbtf import server
+        from objbtf.resident import server
         first = dict(os.environb)
         added = {**first, b'OBJBTF_T': b'1', b'OTHER_T': b'a'}
         changed = {**first, b'OBJBTF_T': b'2'}
@@ -704,11 +705,11 @@ def test_the_server_warms_what_commands_import(tmp_path):
     module exists (the server skips a missing one silently)."""
     obj = compile_c('gcc', C_FIXTURES / 'counter_a.c', tmp_path / 'a.o')
     code = ('import sys\n'
-            'from objbtf.server import WARM\n'
+            'from objbtf.resident.server import WARM\n'
             'for name in WARM: __import__(name)\n'
             'before = set(sys.modules)\n'
-            'from objbtf.options import parse_fast\n'
-            'from objbtf.commands import dispatch\n'
+            'from objbtf.cli.options import parse_fast\n'
+            'from objbtf.cli.commands import dispatch\n'
             'assert dispatch(parse_fast(["encode", "a.o"])) == 0\n'
             'import subprocess; subprocess.run(["ld", "-r", "-o", "l.o", "a.o"], check=True)\n'
             'assert dispatch(parse_fast(["link", "-q", "-o", "l.btf", "l.o"])) == 0\n'

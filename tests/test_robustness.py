@@ -21,7 +21,7 @@ from objbtf.dwarf.constants import OP_addrx
 from objbtf.dwarf.reader import Expr, read_units
 from objbtf.elf.consts import SHF_COMPRESSED
 from objbtf.elf.reader import ElfFile
-from objbtf.encoder import EncodeError, _Placer, debug_sections
+from objbtf.encode.encoder import EncodeError, _Placer, debug_sections
 
 COMMANDS = ('encode', 'check', 'dump', 'link')
 

@@ -23,7 +23,7 @@ Version 4:
         zero padding to a multiple of 8
         u32  facts_len        bytes of the function facts that follow
         facts                 what DWARF says of the object's functions and the
-                              link needs (objbtf/functions.py): per name, in name
+                              link needs (objbtf/btf/function_rules.py): per name, in name
                               order, a flag byte and the name, NUL-terminated
         zero padding to a multiple of 8
 
@@ -54,7 +54,7 @@ from array import array
 from collections.abc import Sequence
 
 from ..errors import shown
-from ..functions import decode_facts, encode_facts
+from .function_rules import decode_facts, encode_facts
 from .errors import BtfError
 from .hashing import HASH_SCHEME
 from .header import BtfHeader, order_char
@@ -140,7 +140,7 @@ def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes 
                  blob: bytes, byteorder: str, facts: dict[str, int] | None = None) -> bytes:
     """The chunk for the object ``name`` and its .BTF ``blob``; ``hashes``
     and ``flags`` are indexed by type id (index 0, void, is left out),
-    ``offsets`` by id - 1; ``facts`` are its functions' (objbtf/functions.py)."""
+    ``offsets`` by id - 1; ``facts`` are its functions' (objbtf/btf/function_rules.py)."""
     count = len(offsets)
     e = order_char(byteorder)
     raw_name = os.fsencode(name)

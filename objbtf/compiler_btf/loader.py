@@ -43,11 +43,11 @@ from ..btf.types import VOID, Btf, BtfType, Enumerator, Member, Param, gc_paused
 from ..btf.reader import parse_btf
 from ..elf.consts import SHN_LORESERVE, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_NOTYPE, STT_OBJECT
 from ..elf.reader import ElfFile, Symbol
-from ..encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, Loaded, VarPlacement,
+from ..encode.encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, Loaded, VarPlacement,
                        finish_encoding, is_percpu)
 from ..features import Features
-from ..functions import FACT_WEAK, function_key, function_keys
-from ..rules import base_type, declared_enum, enum_type
+from ..btf.function_rules import FACT_WEAK, function_key, function_keys
+from ..btf.type_rules import base_type, declared_enum, enum_type
 
 #: GCC 12 leaves its CTF kind in a FWD's header word (struct 6, union 7,
 #: enum 8), renumbered though as if it were a type id: where the object's

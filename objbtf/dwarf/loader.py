@@ -15,7 +15,7 @@ from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, 
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param, new_type
 from ..errors import ObjbtfError
 from ..features import Features
-from ..rules import base_type, declared_enum, enum_type
+from ..btf.type_rules import base_type, declared_enum, enum_type
 from . import constants as C
 from .reader import (
     E_NAME, E_VALUE, I_TAG, M_BIT_OFFSET, M_BIT_SIZE, M_BYTE_SIZE, M_CHILDREN, M_DATA_BIT_OFFSET,

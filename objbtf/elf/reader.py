@@ -17,7 +17,7 @@ from .consts import (ELFCLASS32, ELFCLASS64, EV_CURRENT, ELFCOMPRESS_ZLIB, ELFCO
                      SHT_DYNSYM, SHT_NOBITS, SHT_NULL, SHT_REL, SHT_RELA,
                      SHT_STRTAB, SHT_SYMTAB, SHT_SYMTAB_SHNDX)
 from .. import c_extension
-from ..files import file_identity, open_regular
+from ..regular_files import file_identity, open_regular
 from .errors import ElfError
 
 #: objbtf.elf._relocs, when the compiled build runs.

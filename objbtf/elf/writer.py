@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .consts import (ET_REL, SHF_INFO_LINK, SHN_LORESERVE, SHN_XINDEX, SHT_NOBITS,
                      SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, SHT_STRTAB, STT_SECTION)
-from ..files import file_identity
+from ..regular_files import file_identity
 from .errors import ElfError, FileChanged
 from .reader import ElfFile, Layout, Section
 from .relocs import Arch, arch_for

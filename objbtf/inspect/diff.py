@@ -23,9 +23,9 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 
-from .btf.kinds import FUNC_STATIC, Kind
-from .btf.types import Btf, BtfType
-from .errors import ObjbtfError
+from ..btf.kinds import FUNC_STATIC, Kind
+from ..btf.types import Btf, BtfType
+from ..errors import ObjbtfError
 
 #: Deeper than this, a declaration is cut with "..." (BTF resolves at most 32).
 _MAX_DEPTH = 40
@@ -274,9 +274,9 @@ def as_json(a: str, b: str, sections: dict[str, Section]) -> str:
 def load(path: str, base_path: str | None) -> Btf:
     """The BTF of ``path`` (raw, an object, a vmlinux, or a module on
     ``base_path``); DiffError naming the file otherwise."""
-    from .btf.errors import BtfError
-    from .btf_file import load_btf_file
-    from .elf.errors import ElfError
+    from ..btf.errors import BtfError
+    from ..btf_file import load_btf_file
+    from ..elf.errors import ElfError
     base = None
     if base_path:
         try:

@@ -12,8 +12,8 @@ link, which has the final symbol table, applies the rest
 """
 from __future__ import annotations
 
-from .btf.kinds import Kind
-from .btf.types import Btf, BtfType
+from .kinds import Kind
+from .types import Btf, BtfType
 
 #: A parameter arrives in another register than its place says (pahole's
 #: unexpected_reg; not counted when a parameter is a struct, which may take

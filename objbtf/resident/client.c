@@ -1,5 +1,5 @@
 /*
- * objbtf-client: the resident server's quickest client (objbtf/client.py in C).
+ * objbtf-client: the resident server's quickest client (client.py in C).
  *
  * Kbuild runs objbtf once per object; a Python client costs about 6 ms of
  * interpreter start before it can even connect, this one well under 1 ms.
@@ -8,13 +8,15 @@
  * request), wait for the exit status.  Everything else (no server yet, a
  * command it does not serve, a reply asking the client to run the command
  * itself, anything that fails before the server took the command) it hands to
- * the Python client by exec'ing "PYTHON -S ROOT/objbtf/bare.py ARGS", which
+ * the Python client by exec'ing "PYTHON -S ROOT/objbtf/cli/entry_no_site.py ARGS", which
  * starts servers and runs commands in process.  So it can be wrong only by
  * being slower: a digest it computes differently finds no server.
  *
- * Built by objbtf/native_client.py, which defines OBJBTF_PYTHON (the
- * interpreter), OBJBTF_PYTHON_VERSION (its sys.version) and OBJBTF_PROTOCOL
- * (client.PROTOCOL).  ROOT is two directories above this program.
+ * Built by native_client.py, which defines OBJBTF_PYTHON (the interpreter),
+ * OBJBTF_PYTHON_VERSION (its sys.version), the protocol's constants
+ * (protocol.py: OBJBTF_PROTOCOL, OBJBTF_MAX_MESSAGE, OBJBTF_REPLY_OK, ...) and
+ * OBJBTF_SERVED, the commands the server runs (objbtf/cli/dispatch_table.py).
+ * ROOT is three directories above this program.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -34,19 +36,21 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "blake2b.h"
+#include "../blake2b.h"
 
-#if !defined(OBJBTF_PYTHON) || !defined(OBJBTF_PYTHON_VERSION) || !defined(OBJBTF_PROTOCOL)
-#error "build with objbtf/native_client.py"
+#if !defined(OBJBTF_PYTHON) || !defined(OBJBTF_PYTHON_VERSION) || !defined(OBJBTF_PROTOCOL) \
+    || !defined(OBJBTF_SERVED)
+#error "build with objbtf/resident/native_client.py"
 #endif
 
 extern char **environ;
 
-/* As in client.py. */
-#define MAX_MESSAGE (1 << 20)
-#define MAX_SOCKET_PATH 107
-#define SOCKET_NAME 46
-static const char *const SERVED[] = {"encode", "cc", "link"};
+#define MAX_MESSAGE OBJBTF_MAX_MESSAGE
+#define MAX_SOCKET_PATH OBJBTF_MAX_SOCKET_PATH
+#define SOCKET_NAME OBJBTF_SOCKET_NAME
+/* A reply's length, without the string's NUL. */
+#define LEN(reply) (sizeof(reply) - 1)
+static const char *const SERVED[] = {OBJBTF_SERVED};
 
 static char root[PATH_MAX];     /* the directory holding objbtf/ */
 static char **args;             /* argv without the program name */
@@ -56,17 +60,17 @@ static int nargs;
 
 static void python(int in_process)
 {
-	char bare[PATH_MAX + 32];
+	char script[PATH_MAX + 32];
 	char **argv = calloc(nargs + 4, sizeof(*argv));
 
 	if (!argv)
 		exit(1);
 	if (in_process)
 		setenv("OBJBTF_RESIDENT", "0", 1);
-	snprintf(bare, sizeof(bare), "%s/objbtf/bare.py", root);
+	snprintf(script, sizeof(script), "%s/objbtf/cli/entry_no_site.py", root);
 	argv[0] = (char *)OBJBTF_PYTHON;
 	argv[1] = "-S";
-	argv[2] = bare;
+	argv[2] = script;
 	memcpy(argv + 3, args, nargs * sizeof(*argv));
 	execv(OBJBTF_PYTHON, argv);
 	fprintf(stderr, "objbtf: cannot run %s: %s\n", OBJBTF_PYTHON, strerror(errno));
@@ -258,7 +262,7 @@ static int request(struct message *m)
 	nice = getpriority(PRIO_PROCESS, 0);
 	if (errno || sched_getaffinity(0, sizeof(cpus), &cpus))
 		return -1;
-	if (put(m, "R", 1) || put_int(m, '(', 7) || put_int(m, 'i', OBJBTF_PROTOCOL)
+	if (put(m, OBJBTF_REQUEST_RUN, LEN(OBJBTF_REQUEST_RUN)) || put_int(m, '(', 7) || put_int(m, 'i', OBJBTF_PROTOCOL)
 	    || put_bytes(m, 'u', "run", 3) || put_int(m, '[', nargs + 1)
 	    || put_bytes(m, 's', "objbtf", 6))
 		return -1;
@@ -331,8 +335,8 @@ int main(int argc, char **argv)
 
 	args = argv + 1;
 	nargs = argc - 1;
-	/* ROOT/objbtf/objbtf-client */
-	for (int cut = 0; exe > 0 && cut < 2; cut++)
+	/* ROOT/objbtf/resident/objbtf-client */
+	for (int cut = 0; exe > 0 && cut < 3; cut++)
 		while (exe > 0 && root[--exe] != '/')
 			;
 	if (exe <= 0) {
@@ -360,11 +364,12 @@ int main(int argc, char **argv)
 	n = reply(sock, buf, sizeof(buf));
 	if (n == 0)
 		python(0);              /* the server went away before taking it */
-	if (n == 8 && !memcmp(buf, "fallback", 8))
+	if (n == LEN(OBJBTF_REPLY_FALLBACK) && !memcmp(buf, OBJBTF_REPLY_FALLBACK, n))
 		python(1);
-	if (n == 2 && !memcmp(buf, "ok", 2)) {
+	if (n == LEN(OBJBTF_REPLY_OK) && !memcmp(buf, OBJBTF_REPLY_OK, n)) {
 		n = reply(sock, buf, sizeof(buf));
-		if (n == 8 && !memcmp(buf, "exit", 4))
+		if (n == LEN(OBJBTF_REPLY_EXIT) + 4
+		    && !memcmp(buf, OBJBTF_REPLY_EXIT, LEN(OBJBTF_REPLY_EXIT)))
 			return (uint8_t)buf[4] | (uint8_t)buf[5] << 8 | (uint8_t)buf[6] << 16
 			       | (uint32_t)(uint8_t)buf[7] << 24;
 	}

@@ -3,7 +3,7 @@
 Kbuild runs objbtf once per object; the Python client (client.py) spends
 about 6 ms of CPU starting the interpreter before it connects, the C one
 well under 1 ms.  It is built when objbtf is installed (setup.py, or
-``python3 -m objbtf.native_client`` in a checkout), for the interpreter that
+``python3 -m objbtf.resident.native_client`` in a checkout), for the interpreter that
 builds it: that interpreter runs every command it cannot serve itself.
 ``objbtf server command`` prints it when ``program()`` finds it usable, else
 the Python client's command line.
@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 HERE = os.path.dirname(os.path.realpath(__file__))
 SOURCE = os.path.join(HERE, 'client.c')
 #: client.c and the header of objbtf's own that it includes.
-SOURCES = (SOURCE, os.path.join(HERE, 'blake2b.h'))
+SOURCES = (SOURCE, os.path.join(os.path.dirname(HERE), 'blake2b.h'))
+#: What client.c is compiled with (read, not imported: setup.py loads this
+#: module outside its package): the wire protocol, and the commands the
+#: server runs.
+PROTOCOL_SOURCE = os.path.join(HERE, 'protocol.py')
+DISPATCH_TABLE_SOURCE = os.path.join(os.path.dirname(HERE), 'cli', 'dispatch_table.py')
 NAME = 'objbtf-client'
 
 
@@ -33,13 +38,17 @@ def _c_string(text: str) -> str:
                          for b in text.encode(errors='surrogateescape')) + '"'
 
 
-def _protocol() -> int:
-    import re
-    with open(os.path.join(HERE, 'client.py')) as f:
-        found = re.search(r'^PROTOCOL = (\d+)$', f.read(), re.M)
-    if found is None:
-        raise RuntimeError(f"{HERE}/client.py has no 'PROTOCOL = N' line")
-    return int(found.group(1))
+def _defines() -> list[str]:
+    """client.c's -D options: the protocol's constants (``protocol``) and the
+    served commands (``objbtf.cli.dispatch_table``), each defined once in Python."""
+    import runpy
+    protocol = runpy.run_path(PROTOCOL_SOURCE)
+    served = runpy.run_path(DISPATCH_TABLE_SOURCE)['SERVED']
+    numbers = ('PROTOCOL', 'MAX_MESSAGE', 'MAX_SOCKET_PATH', 'SOCKET_NAME')
+    replies = ('REPLY_OK', 'REPLY_FALLBACK', 'REPLY_EXIT', 'REQUEST_RUN')
+    return ([f'-DOBJBTF_{name}={protocol[name]}' for name in numbers]
+            + [f'-DOBJBTF_{name}={_c_string(protocol[name].decode())}' for name in replies]
+            + [f'-DOBJBTF_SERVED={",".join(map(_c_string, served))}'])
 
 
 def build(dest: Path | None = None, cc: str | None = None) -> Path:
@@ -61,8 +70,7 @@ def build(dest: Path | None = None, cc: str | None = None) -> Path:
         out = Path(tmp) / NAME
         command = [cc, '-O2', '-std=gnu11', '-Wall', '-o', str(out), str(SOURCE),
                    f'-DOBJBTF_PYTHON={_c_string(sys.executable)}',
-                   f'-DOBJBTF_PYTHON_VERSION={_c_string(sys.version)}',
-                   f'-DOBJBTF_PROTOCOL={_protocol()}']
+                   f'-DOBJBTF_PYTHON_VERSION={_c_string(sys.version)}', *_defines()]
         try:
             subprocess.run([*command, '-static'], check=True, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT)
@@ -76,7 +84,8 @@ def build(dest: Path | None = None, cc: str | None = None) -> Path:
 
 def program() -> str | None:
     """The C client beside this module, if it is usable here: built from the
-    client.c beside it (not older than it or its header; a wheel has neither), for this machine (the interpreter's ELF
+    client.c beside it (not older than it or its header; a wheel has
+    neither), for this machine (the interpreter's ELF
     class, byte order and machine) and this interpreter (whose path and
     version it holds)."""
     path = os.path.join(HERE, NAME)
@@ -102,16 +111,17 @@ def program() -> str | None:
 
 def print_command(start: bool) -> None:
     """``objbtf server command [--start]``: print the quickest command line
-    that runs objbtf (this program, else the interpreter without site on the
-    bare Python client); with ``start``, first have this tree's server
+    that runs objbtf (this program, else the interpreter without site on
+    ``objbtf/cli/entry_no_site.py``); with ``start``, first have this tree's server
     started in the background."""
     import shlex
-    from .client import ROOT, prestart
+    from .client import prestart
+    from .protocol import ROOT
     if start:
         prestart()
     native = program()
     print(shlex.quote(native) if native is not None
-          else shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/bare.py']))
+          else shlex.join([sys.executable, '-S', f'{ROOT}/objbtf/cli/entry_no_site.py']))
 
 
 if __name__ == '__main__':

@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from . import implementation
-from .features import Features
+from .. import implementation
+from ..features import Features
 from .options import COMMANDS, Option
 
 
@@ -130,9 +130,9 @@ def cc(command: tuple[str, ...], features: Features) -> None:
 def _read_or_exit(path: str, base_path: str | None):
     """(raw bytes, base Btf or None, pointer size: ``read_btf``) of
     ``path``, or exit 1 naming the file."""
-    from .btf_file import load_btf_file, read_btf
-    from .errors import ObjbtfError
-    from .files import error_text
+    from ..btf_file import load_btf_file, read_btf
+    from ..errors import ObjbtfError
+    from ..regular_files import error_text
     try:
         base = load_btf_file(base_path) if base_path else None
     except (OSError, ObjbtfError) as err:
@@ -152,9 +152,9 @@ def dump(file: str, base_path: str | None) -> None:
     FILE is an object, a vmlinux or module with a .BTF section, or a raw
     .btf file.  Split BTF (a module's) needs --base vmlinux.
     """
-    from .btf.dump import dump_btf
-    from .btf.errors import BtfError
-    from .btf.reader import parse_btf
+    from ..btf.dump import dump_btf
+    from ..btf.errors import BtfError
+    from ..btf.reader import parse_btf
     raw, base, _pointer_size = _read_or_exit(file, base_path)
     try:
         btf = parse_btf(raw, base)
@@ -172,7 +172,7 @@ def check(file: str, base_path: str | None, kernel: bool) -> None:
     Prints OK, or the first offending type and what is wrong with it; the
     exit status is 1 when a rule is broken or the kernel rejects the BTF.
     """
-    from .btf.validate import validate_bytes
+    from ..btf.validate import validate_bytes
     raw, base, pointer_size = _read_or_exit(file, base_path)
     problems = validate_bytes(raw, base, ptr_size=pointer_size)
     if problems:
@@ -185,7 +185,7 @@ def check(file: str, base_path: str | None, kernel: bool) -> None:
 
 
 def _kernel_verdict(file: str, raw: bytes, base) -> bool:
-    from .kernel import load_btf
+    from ..inspect.kernel_load import load_btf
     try:
         verdict = load_btf(raw, base)
     except (OSError, NotImplementedError) as err:
@@ -201,11 +201,7 @@ def _kernel_verdict(file: str, raw: bytes, base) -> bool:
 
 @main.command()
 @_from_table('link')
-def link(file: str, base_path: str | None, output: str | None, input_section: str,
-         split_vars: str | None, cache: str | None, types_stamp: str | None,
-         base_index: str | None,
-         objects_path: str | None,
-         allow_missing: bool, jobs: int | None, quiet: bool, features: Features) -> None:
+def link(**values) -> None:
     """Merge the per-object BTF of a linked FILE into its final BTF.
 
     \b
@@ -238,12 +234,11 @@ def link(file: str, base_path: str | None, output: str | None, input_section: st
       objbtf link --base vmlinux --base-index .btf.vmlinux.index \\
                   --objects drivers/net/veth.mod drivers/net/veth.ko
     """
+    from linkdedup.settings import LinkSettings
     from .commands import Failure, run_link
-    _check_requires('link', click.get_current_context().params)
+    _check_requires('link', values)
     try:
-        lines = run_link(file, base_path, output, input_section, split_vars, cache,
-                         objects_path, allow_missing, jobs, quiet, features, base_index,
-                         types_stamp)
+        lines = run_link(LinkSettings(**values))
     except Failure as err:
         raise click.ClickException(str(err)) from None
     for line in lines:
@@ -266,7 +261,7 @@ def server() -> None:
 def status() -> None:
     """Print each server of this tree (pid, version digest, requests, ...);
     exit status 1 when there is none."""
-    from .client import control
+    from ..resident.client import control
     answers = control('status')
     for answer in answers:
         click.echo(' '.join(f'{k}={v}' for k, v in answer.items()))
@@ -279,7 +274,7 @@ def status() -> None:
 def stop() -> None:
     """Stop every server of this tree, after the commands they are running;
     each one logs its CPU to OBJBTF_SERVER_LOG if its starter set it."""
-    from .client import control
+    from ..resident.client import control
     for answer in control('stop'):
         click.echo(f'stopped pid={answer["pid"]} requests={answer["requests"]}')
 
@@ -293,7 +288,7 @@ def command(start: bool) -> None:
     """Print the quickest command line that runs objbtf through the server,
     for OBJBTF=: the client in C (objbtf-client, built at install), else
     the interpreter without site (-S) on the bare Python client."""
-    from .native_client import print_command
+    from ..resident.native_client import print_command
     print_command(start)
 
 
@@ -317,7 +312,7 @@ _CACHE_DIR = click.option(
 def _cache(directory: str | None):
     """The cache in ``directory`` or OBJBTF_CACHE_DIR, with the size
     OBJBTF_CACHE_SIZE gives; a usage error without either directory."""
-    from .encode_cache import DIR_VARIABLE, SIZE_VARIABLE, CacheConfigError, EncodeCache, parse_size
+    from ..encode.cache import DIR_VARIABLE, SIZE_VARIABLE, CacheConfigError, EncodeCache, parse_size
     root = directory or os.environ.get(DIR_VARIABLE)
     if not root:
         raise click.UsageError(f'no encode cache: set {DIR_VARIABLE} or give --dir DIR')
@@ -328,7 +323,7 @@ def _cache(directory: str | None):
 
 
 def _cache_failure(cache, err: OSError) -> click.ClickException:
-    from .files import error_text
+    from ..regular_files import error_text
     if isinstance(err, FileNotFoundError) and err.filename == cache.root:
         return click.ClickException(f'{cache.root}: no encode cache there (no such directory)')
     return click.ClickException(f'{err.filename or cache.root}: {error_text(err)}')
@@ -394,5 +389,5 @@ def diff(a: str, b: str, base_path: str | None, base_b: str | None, fmt: str) ->
     Exit status: 0 equal, 1 different, 2 an input cannot be read.
     Example:  objbtf diff --format json vmlinux.before vmlinux.after
     """
-    from .diff import run_diff
+    from ..inspect.diff import run_diff
     sys.exit(run_diff(a, b, base_path, base_b, fmt))

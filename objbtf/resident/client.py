@@ -16,122 +16,31 @@ after the working directory and a digest of objbtf's code and the
 interpreter, so a changed objbtf gets a new server and never an old one.
 
 Imports only built-in modules (posix, _socket, marshal, _blake2): ``import
-os`` alone costs 6 ms here.  Started as ``python3 -S .../objbtf/bare.py`` it
+os`` alone costs 6 ms here.  Started as ``python3 -S .../objbtf/cli/entry_no_site.py`` it
 also skips site, which costs 10 to 40 ms with a few .pth files installed.
-The quickest client is ``objbtf/objbtf-client``, this one in C (client.c,
+The quickest client is ``objbtf/resident/objbtf-client``, this one in C (client.c,
 built at install: native_client.py), what ``objbtf server command`` prints
 when it is there: it finds the same socket and sends the same request, and
-hands every case it does not serve to this one.  What the two share is
-written so that C can write it too: the digests hash plain text, the request
-is a marshal of bytes and ints, the replies are fixed bytes (``REPLY_*``).
+hands every case it does not serve to the command line's entry
+(``objbtf.cli.entry``), through this one.  What the two share is the
+protocol (``protocol``).
 """
 import marshal
 import posix
 import sys
 import _socket
-from _blake2 import blake2b
 
-#: The commands the server runs: the ones ``options.parse_fast`` reads.
-SERVED = ('encode', 'cc', 'link')
-#: Bumped whenever a message changes; part of the code digest anyway.
-PROTOCOL = 2
-#: The server's replies to a command: it runs, run it in the client, its exit
-#: status (REPLY_EXIT and the status, 4 bytes little-endian, signed).
-REPLY_OK = b'ok'
-REPLY_FALLBACK = b'fallback'
-REPLY_EXIT = b'exit'
+from .protocol import (MAX_MESSAGE, MAX_SOCKET_PATH, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK,
+                       REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, ROOT, code_digest, runtime_dir,
+                       socket_path, tree_digest)
 
-#: Largest message (the environment is most of it).
-MAX_MESSAGE = 1 << 20
-#: Longest socket path AF_UNIX takes (sun_path is 108 bytes with its NUL).
-MAX_SOCKET_PATH = 107
-#: Length of "/objbtf/TREE-CODE.sock" below the runtime directory.
-SOCKET_NAME = 46
 #: Seconds the first client waits for the server it started to listen.
 START_TIMEOUT = 10.0
-
-
-def _root() -> str:
-    """The directory that holds the objbtf and linkdedup packages."""
-    here = __file__ if __file__.startswith('/') else posix.getcwd() + '/' + __file__
-    return here.rsplit('/', 2)[0]
-
-
-ROOT = _root()
-PACKAGES = ('objbtf', 'linkdedup')
 
 
 def enabled() -> bool:
     """OBJBTF_RESIDENT=0 turns the server off."""
     return posix.environ.get(b'OBJBTF_RESIDENT', b'1') != b'0'
-
-
-def runtime_dir() -> str | None:
-    """The user's directory for server sockets, created 0700 and checked:
-    a directory (not a link) owned by this user that no one else may enter.
-    $XDG_RUNTIME_DIR/objbtf, else /tmp/objbtf-UID; None if it fails."""
-    uid = posix.geteuid()
-    xdg = posix.environ.get(b'XDG_RUNTIME_DIR', b'').decode(errors='surrogateescape')
-    usable = xdg.startswith('/') and len(xdg) + SOCKET_NAME <= MAX_SOCKET_PATH
-    path = f'{xdg}/objbtf' if usable and _private(xdg, uid) else f'/tmp/objbtf-{uid}'
-    try:
-        posix.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    return path if _private(path, uid) else None
-
-
-def _private(path: str, uid: int) -> bool:
-    try:
-        st = posix.lstat(path)
-    except OSError:
-        return False
-    return (st.st_mode & 0o170000) == 0o040000 and st.st_uid == uid and not st.st_mode & 0o077
-
-
-def code_digest(root: str = ROOT) -> str:
-    """Who would run the command: the interpreter, and each file of objbtf's
-    packages under ``root`` by path, size, inode, mtime and ctime (any
-    rewrite, reinstall or edit changes the ctime).  Stats, not contents: a
-    client computes it on every call (0.25 to 1.3 ms)."""
-    h = blake2b(digest_size=8)
-    # OBJBTF_PURE picks the compiled modules' sources (objbtf/__init__.py).
-    pure = int(posix.environ.get(b'OBJBTF_PURE', b'0') != b'0')
-    h.update(f'{PROTOCOL}\0{sys.executable}\0{sys.version}\0{root}\0{pure}\n'
-             .encode(errors='surrogateescape'))
-    stack = [f'{root}/{p}' for p in PACKAGES]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = sorted(posix.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            h.update(b'missing ' + directory.encode(errors='surrogateescape'))
-            continue
-        for e in entries:
-            if e.name == '__pycache__':
-                continue
-            if e.is_dir(follow_symlinks=False):
-                stack.append(e.path)
-                continue
-            st = e.stat()
-            h.update(f'{e.path}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n'
-                     .encode(errors='surrogateescape'))
-    return h.hexdigest()
-
-
-def tree_digest(cwd: str) -> str:
-    """The tree, and the groups this user works with in it (the server runs
-    commands with the groups of the client that started it)."""
-    groups = ','.join(map(str, sorted(posix.getgroups())))
-    key = f'{cwd}\0{posix.getegid()}\0{groups}'.encode(errors='surrogateescape')
-    return blake2b(key, digest_size=8).hexdigest()
-
-
-def socket_path(runtime: str, cwd: str, code: str) -> str:
-    """TREE-CODE.sock: every server of a tree shares the TREE prefix."""
-    return f'{runtime}/{tree_digest(cwd)}-{code}.sock'
 
 
 def serve(argv: list[str]) -> int | None:
@@ -182,7 +91,7 @@ def _request(path: str, argv: list[str]):
         cwd = posix.open('.', posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
         fds = b''.join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
         try:
-            sock.sendmsg([b'R' + message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+            sock.sendmsg([REQUEST_RUN + message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         except OSError:
             return _NOT_SERVED
         finally:
@@ -233,7 +142,8 @@ def control(kind: str) -> list[dict]:
         if sock is None:
             continue
         try:
-            sock.send((b'S' if kind == 'status' else b'Q') + marshal.dumps((PROTOCOL,)))
+            sock.send((REQUEST_STATUS if kind == 'status' else REQUEST_STOP)
+                      + marshal.dumps((PROTOCOL,)))
             reply = _receive(sock)
         except OSError:
             continue
@@ -333,12 +243,12 @@ def _take_lock(lock: int, timeout: float) -> bool:
 
 
 def _spawn(path: str, code: str, signal_fd: int) -> None:
-    """Start the server (``objbtf.server.main``) in a session of its own,
+    """Start the server (``objbtf.resident.server.main``) in a session of its own,
     stdio on /dev/null, every descriptor closed but ``signal_fd``, which it
     closes once it listens on ``path`` (writing b'1' first if it is a pipe)."""
     argv = [sys.executable, '-P', '-c',
             'import sys; sys.path.insert(0, sys.argv[1]); '
-            'from objbtf.server import main; main(sys.argv[2:])',
+            'from objbtf.resident.server import main; main(sys.argv[2:])',
             ROOT, path, code, str(signal_fd)]
     pid = posix.fork()
     if pid == 0:
@@ -364,18 +274,3 @@ def _ready(ready_r: int) -> bool:
     finally:
         posix.close(ready_r)
 
-
-def main() -> None:
-    """``python3 -S bare.py ARGS``: through the server, else in this process
-    with site-packages set up as usual."""
-    argv = sys.argv[1:]
-    if argv and argv[0] in SERVED and enabled():
-        status = serve(argv)
-        if status is not None:
-            sys.exit(status)
-    sys.argv[0] = 'objbtf'
-    if sys.flags.no_site:
-        import site
-        site.main()
-    from objbtf.entry import in_process
-    sys.exit(in_process(argv))

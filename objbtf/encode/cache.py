@@ -30,13 +30,13 @@ import re
 from hashlib import blake2b, sha256
 from typing import NamedTuple
 
-from .elf.reader import Buffer
-from .elf.writer import Reloc, write_atomically
+from ..elf.reader import Buffer
+from ..elf.writer import Reloc, write_atomically
 from .encoder import Written
-from .errors import ObjbtfError
-from .features import Features
-from .files import error_text
-from .sources import source_digest
+from ..errors import ObjbtfError
+from ..features import Features
+from ..regular_files import error_text
+from ..source_digest import source_digest
 
 DIR_VARIABLE = 'OBJBTF_CACHE_DIR'
 SIZE_VARIABLE = 'OBJBTF_CACHE_SIZE'

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from .errors import ObjbtfError
-from .features import Features
+from ..errors import ObjbtfError
+from ..features import Features
 from .options import Parsed
+
+if TYPE_CHECKING:       # imported when a link runs: dataclasses costs 5 ms an encode
+    from linkdedup.settings import LinkSettings
 
 
 class Failure(ObjbtfError):
@@ -23,8 +27,9 @@ def dispatch(parsed: Parsed) -> int:
         return run_encode(v['objects'], v['features'], v['quiet'])
     if parsed.command == 'cc':
         return run_cc(v['command'], v['features'])
+    from linkdedup.settings import LinkSettings
     try:
-        lines = run_link(**v)
+        lines = run_link(LinkSettings(**v))
     except Failure as err:
         print(f'Error: {err}', file=sys.stderr)
         return 1
@@ -41,9 +46,9 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
     """Encode each object in place, through the encode cache if
     OBJBTF_CACHE_DIR names one; 1 if any failed (or the cache's size is
     not a size), else 0."""
-    from .btf.types import gc_paused
-    from .encode_cache import CacheConfigError, EncodeCache
-    from .encode_file import EncodeFailure, encode_path
+    from ..btf.types import gc_paused
+    from ..encode.cache import CacheConfigError, EncodeCache
+    from ..encode.object_file import EncodeFailure, encode_path
     try:
         cache = EncodeCache.from_environment()
     except CacheConfigError as err:
@@ -104,26 +109,18 @@ def output_of(command: list[str]) -> str | None:
     return None
 
 
-def run_link(file: str, base_path: str | None, output: str | None, input_section: str,
-             split_vars: str | None, cache: str | None, objects_path: str | None,
-             allow_missing: bool, jobs: int | None, quiet: bool,
-             features: Features, base_index: str | None = None,
-             types_stamp: str | None = None) -> list[str]:
-    """Link; the summary's lines (none if ``quiet``).  Raises Failure."""
-    from linkdedup.objects import ObjectList, ObjectsError
-    from linkdedup.pipeline import LinkError, Progress, link
-    from linkdedup.workers import WorkerError, default_jobs
-    from .errors import ObjbtfError
-    from .files import error_text
+def run_link(settings: LinkSettings) -> list[str]:
+    """Link; the summary's lines (none if ``settings.quiet``).  Raises Failure."""
+    from linkdedup.objects import ObjectsError
+    from linkdedup.pipeline import LinkError, link
+    from linkdedup.workers import WorkerError
+    from ..errors import ObjbtfError
+    from ..regular_files import error_text
     try:
-        objects = ObjectList(objects_path, allow_missing) if objects_path else None
-        summary = link(file, features=features, base_path=base_path, output=output,
-                       section=input_section, split_vars=split_vars, cache=cache,
-                       objects=objects, jobs=jobs or default_jobs(),
-                       base_index=base_index, types_stamp=types_stamp,
-                       progress=Progress(sys.stderr.isatty() and not quiet))
+        summary = link(settings)
     except (LinkError, ObjectsError, WorkerError) as err:
         raise Failure(str(err)) from None
     except (ObjbtfError, OSError) as err:
-        raise Failure(f'{getattr(err, "filename", None) or file}: {error_text(err)}') from None
-    return [] if quiet else summary.lines()
+        raise Failure(f'{getattr(err, "filename", None) or settings.file}: '
+                      f'{error_text(err)}') from None
+    return [] if settings.quiet else summary.lines()

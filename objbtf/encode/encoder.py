@@ -9,26 +9,26 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .btf.dedup import dedup, dedup_blob
-from .btf.hashing import blob_hashes
-from .btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
-from .btf.kinds import BTF_HEADER_LEN, KINDS, Kind
-from .btf.reader import parse_btf
-from .btf.validate import Problem, first_problem, first_problem_of_blob
-from .btf.types import Btf, BtfType, VarSecinfo
-from .btf.writer import encode_btf
-from .dwarf import constants as C
-from .dwarf.loader import CuLoader
-from .dwarf.locations import NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, parameter_register
-from .dwarf.reader import CompileUnit, DebugSections, Die, Expr, read_uleb, read_units
-from .elf.consts import SHN_LORESERVE
-from .elf.addrtable import SECTION as ADDR_TABLE, encode_table
-from .elf.reader import ElfFile, Symbol
-from .elf.relocs import apply_relocations, arch_for
-from .elf.writer import NewSection, Reloc, rewrite_object
-from .errors import ObjbtfError, shown
-from .features import Features
-from .functions import (
+from ..btf.dedup import dedup, dedup_blob
+from ..btf.hashing import blob_hashes
+from ..btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
+from ..btf.kinds import BTF_HEADER_LEN, KINDS, Kind
+from ..btf.reader import parse_btf
+from ..btf.validate import Problem, first_problem, first_problem_of_blob
+from ..btf.types import Btf, BtfType, VarSecinfo
+from ..btf.writer import encode_btf
+from ..dwarf import constants as C
+from ..dwarf.loader import CuLoader
+from ..dwarf.locations import NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, parameter_register
+from ..dwarf.reader import CompileUnit, DebugSections, Die, Expr, read_uleb, read_units
+from ..elf.consts import SHN_LORESERVE
+from ..elf.addrtable import SECTION as ADDR_TABLE, encode_table
+from ..elf.reader import ElfFile, Symbol
+from ..elf.relocs import apply_relocations, arch_for
+from ..elf.writer import NewSection, Reloc, rewrite_object
+from ..errors import ObjbtfError, shown
+from ..features import Features
+from ..btf.function_rules import (
     FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_keys,
     prototype,
 )
@@ -57,7 +57,7 @@ class Loaded(NamedTuple):
     """An object's types as a loader made them (its DWARF, its compiler's
     BTF), before ``finish_encoding``: each chosen variable's placement by
     section, counts, and the functions' facts for the link
-    (``objbtf.functions``)."""
+    (``objbtf.btf.function_rules``)."""
     btf: Btf
     entries: dict[int, list[tuple[VarPlacement, int]]]
     functions: int
@@ -225,7 +225,7 @@ def debug_sections(elf: ElfFile) -> DebugSections:
 
 class _Functions:
     """pahole 1.31's choice of functions in one object, and the facts the
-    link needs about them (``objbtf/functions.py``).
+    link needs about them (``objbtf/btf/function_rules.py``).
 
     A FUNC for the first definition (in DIE order, as pahole takes the
     first) of each name that is the key of a function symbol of the object

@@ -1,17 +1,17 @@
 """Encode one object file on disk: read it, encode, rewrite it atomically."""
 from __future__ import annotations
 
-from .btf.chunk import SECTION as CHUNK_SECTION
-from .btf.types import gc_paused
-from .compiler_btf.loader import encode_compiler_btf
-from .elf.errors import FileChanged
-from .elf.reader import ElfFile
-from .encode_cache import EncodeCache
+from ..btf.chunk import SECTION as CHUNK_SECTION
+from ..btf.types import gc_paused
+from ..compiler_btf.loader import encode_compiler_btf
+from ..elf.errors import FileChanged
+from ..elf.reader import ElfFile
+from .cache import EncodeCache
 from .encoder import (BTF_SECTION, Encoded, Written, encode_elf, has_dwarf, write_sections,
                       write_typeless_chunk, written)
-from .errors import ObjbtfError
-from .features import Features
-from .files import error_text
+from ..errors import ObjbtfError
+from ..features import Features
+from ..regular_files import error_text
 
 
 class EncodeFailure(ObjbtfError):

@@ -19,7 +19,7 @@ import os
 import platform
 from typing import NamedTuple
 
-from .btf import Btf
+from ..btf import Btf
 
 #: bpf(2) system call numbers by ``platform.machine()``.
 BPF_SYSCALL = {

@@ -7,7 +7,7 @@ forked from it that serves one command after another (``WORKER_REQUESTS``
 of them, at most one per CPU at a time).  The worker takes the client's
 stdin, stdout, stderr and working directory (passed as file descriptors),
 environment, umask, CPU affinity and niceness, runs the command as
-``entry.in_process`` would (the same table-driven parse and ``dispatch``;
+``objbtf.cli.entry.in_process`` would (the same table-driven parse and ``dispatch``;
 what needs click goes back to the client, to run in process), sends the
 exit status and puts its stdio back on /dev/null.  A worker runs ``encode``
 and a module's ``link`` itself (a fork per object cost about 6 ms of CPU,
@@ -38,19 +38,19 @@ import stat
 import sys
 import time
 
-from . import implementation
-from .options import Parsed, parse_fast
-from .sources import source_digest
-from .client import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK, ROOT,
-                     code_digest, runtime_dir)
+from .. import implementation
+from ..cli.options import Parsed, parse_fast
+from ..source_digest import source_digest
+from .protocol import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK,
+                       REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, ROOT, code_digest, runtime_dir)
 
 IDLE_DEFAULT = 30.0
 #: A worker exits after this many commands, or once it grew this large.
 WORKER_REQUESTS = 500
 WORKER_MAX_RSS_KB = 512 * 1024
 #: Modules every command's child would import: loaded once, before forking.
-WARM = ('objbtf.commands', 'objbtf.options', 'objbtf.encode_file', 'linkdedup.objects',
-        'linkdedup.pipeline', 'linkdedup.workers', 'subprocess', 'traceback')
+WARM = ('objbtf.cli.commands', 'objbtf.cli.options', 'objbtf.encode.object_file',
+        'linkdedup.objects', 'linkdedup.pipeline', 'linkdedup.workers', 'subprocess', 'traceback')
 
 
 class Server:
@@ -120,7 +120,7 @@ class Server:
             conn.settimeout(None)
         except OSError:
             kind = b''
-        if kind == b'R':
+        if kind == REQUEST_RUN:
             if self._to_worker(conn):
                 self.requests += 1
             else:
@@ -134,11 +134,11 @@ class Server:
                     _child(conn)        # never returns
                 self.requests += 1
                 self.children.add(child)
-        elif kind == b'S':
+        elif kind == REQUEST_STATUS:
             conn.recv(MAX_MESSAGE)
             self._reap()
             _send(conn, marshal.dumps(('status', self.status())))
-        elif kind == b'Q':
+        elif kind == REQUEST_STOP:
             conn.recv(MAX_MESSAGE)
             return conn
         conn.close()
@@ -409,7 +409,7 @@ def _adopt(conn: socket.socket) -> list[str] | None:
            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
            for i in range(0, len(data) - 3, 4)]
     whole = len(fds) == 4 and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
-    fields = marshal.loads(message[1:]) if whole and message[:1] == b'R' else None
+    fields = marshal.loads(message[1:]) if whole and message[:1] == REQUEST_RUN else None
     if fields is None or fields[0] != PROTOCOL:
         for fd in fds:
             os.close(fd)
@@ -475,7 +475,7 @@ def _watch_client(conn: socket.socket) -> None:
 
 def _run(parsed) -> int:
     """``dispatch`` as the in-process path runs it, exceptions included."""
-    from .commands import dispatch
+    from ..cli.commands import dispatch
     try:
         return dispatch(parsed)
     except SystemExit as done:

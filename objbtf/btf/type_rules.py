@@ -3,9 +3,9 @@
 compiler's own BTF) so that both give the same types."""
 from __future__ import annotations
 
-from .btf.kinds import ENUM, ENUM64, Kind
-from .btf.types import BtfType, Enumerator
-from .features import Features
+from .kinds import ENUM, ENUM64, Kind
+from .types import BtfType, Enumerator
+from ..features import Features
 
 FAKE_INT = '__SANITIZED_FAKE_INT__'
 _new = tuple.__new__

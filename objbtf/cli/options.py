@@ -1,6 +1,6 @@
 """The command-line table: every option and argument of every subcommand, once.
 
-``cli`` builds its click commands from it, with the help texts and usage
+``click_cli`` builds its click commands from it, with the help texts and usage
 messages; ``parse_fast`` reads the plain forms of the commands a build runs
 many times (``encode``, ``cc``, ``link``) from the same table without
 importing click, which costs about 40 ms.  Anything the fast reader does not
@@ -13,10 +13,8 @@ in-process fallback both parse with it.
 from __future__ import annotations
 
 import os
-from .features import DEFAULT, OPTIONAL, Features
-
-#: Commands ``parse_fast`` reads; they are also the ones the resident server runs.
-FAST = ('encode', 'cc', 'link')
+from ..features import DEFAULT, OPTIONAL, Features
+from .dispatch_table import SERVED
 
 
 class Option:
@@ -138,8 +136,8 @@ class Parsed:
 
 def parse_fast(argv: list[str]) -> Parsed | None:
     """Read ``argv`` (without the program name) as click would read it, for the
-    FAST commands' plain forms; None when click must read it."""
-    if not argv or argv[0] not in FAST:
+    SERVED commands' plain forms; None when click must read it."""
+    if not argv or argv[0] not in SERVED:
         return None
     command = COMMANDS[argv[0]]
     by_flag = {flag: opt for opt in command.options for flag in opt.flags}
