@@ -185,16 +185,12 @@ static int name_ok(const struct blob *b, uint32_t off)
 static int type_ok(const struct blob *b, const uint8_t *t, int kind)
 {
 	uint32_t vlen = word(b, t + 4) & 0xffff;
-	if (!name_ok(b, word(b, t)))
-		return 0;
 	if (vlen && !entry_words[kind] && kind != K_FUNC)
 		return 0;
 	if (kind == K_INT && word(b, t + 12) & INT_RESERVED)   /* (not indexed yet) */
 		return 0;
-	if (kind == K_DATASEC)          /* its entries have no names */
-		return 1;
-	for (uint32_t i = 0; i < vlen && entry_words[kind]; i++)
-		if (!name_ok(b, word(b, t + 12 + 4 * entry_words[kind] * i)))
+	for (uint32_t i = 0, n = name_count(kind, vlen); i < n; i++)
+		if (!name_ok(b, word(b, t + 4 * name_word(kind, i))))
 			return 0;
 	return 1;
 }
@@ -370,33 +366,13 @@ static const char *aggregate_name(const struct blob *b, uint32_t id, const char 
 /* How many type ids type ``id`` refers to (BtfType.refs). */
 static uint32_t count_refs(const struct blob *b, uint32_t id)
 {
-	int k = kind(b, id);
-	if (BIT(k) & ONE_REF)
-		return 1;
-	if (k == K_ARRAY)
-		return 2;
-	if (k == K_FUNC_PROTO)
-		return 1 + vlen(b, id);
-	if (BIT(k) & STRUCTS || k == K_DATASEC)
-		return vlen(b, id);
-	return 0;
+	return ref_count(kind(b, id), vlen(b, id));
 }
 
 /* Reference ``i`` of type ``id``, in BtfType.refs' order. */
 static uint32_t ref_at(const struct blob *b, uint32_t id, uint32_t i)
 {
-	switch (kind(b, id)) {
-	case K_ARRAY:
-		return i ? index_type(b, id) : type(b, id);
-	case K_FUNC_PROTO:
-		return i ? entry(b, id, i - 1, 1) : word(b, b->at[id] + 8);
-	case K_STRUCT:
-	case K_UNION:
-		return entry(b, id, i, 1);
-	case K_DATASEC:
-		return entry(b, id, i, 0);
-	}
-	return word(b, b->at[id] + 8);          /* one reference */
+	return word(b, b->at[id] + 4 * ref_word(kind(b, id), i));
 }
 
 static int hash_type(struct hasher *h, uint32_t id, int depth);

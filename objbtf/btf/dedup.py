@@ -49,7 +49,7 @@ from .header import BtfHeader
 from .kinds import (
     KINDS, MAX_KIND_NUMBER, Kind, KindRegistry, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG,
     ENUM as _ENUM, FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT,
-    STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
+    STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN, in_c,
 )
 from .types import VOID, Btf, BtfType, Head, Member, Param, gc_paused, head
 
@@ -78,7 +78,7 @@ def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = 
     caller is done with ``btf``: its type objects (each must be in it
     once) become the output's, changed in place, instead of being copied."""
     with gc_paused():
-        if not libbpf_1_1 and btf.base is None and kinds is KINDS:
+        if not libbpf_1_1 and btf.base is None and in_c(kinds):
             m = _map_in_c(btf)
             if m is not None:
                 return _compact(btf, cast('list[BtfType | None]', btf.types), m,
@@ -221,23 +221,16 @@ class _Classes:
         return shape
 
     def _children_function(self) -> Callable[[BtfType], tuple[int, ...]]:
-        chain, composite, primitive = self.chain, self.composite, self.primitive
-        by_layout = self.by_layout & self.graph
+        walked = (self.chain | self.composite | self.primitive | (self.by_layout & self.graph)
+                  | {_FUNC_PROTO})
 
         def children(t: BtfType) -> tuple[int, ...]:
-            """Referenced ids, in the order a graph walk compares them."""
+            """Referenced ids (``BtfType.refs``), in the order a graph walk
+            compares them: an array's index type before its element (libbpf's)."""
             k = t.kind
-            if k in chain:
-                return (t.type,)
             if k is _ARRAY:
                 return (t.index_type, t.type)
-            if k in composite:
-                return tuple([m.type for m in t.items])
-            if k is _FUNC_PROTO:
-                return (t.type, *[p.type for p in t.items])
-            if k in primitive:
-                return ()
-            if k in by_layout:
+            if k in walked:
                 return t.refs()
             raise BtfError(f'a struct or union graph reaches a {k.name}')
         return children
