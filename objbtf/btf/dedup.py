@@ -51,7 +51,7 @@ from .kinds import (
     ENUM as _ENUM, FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT,
     STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN, in_c,
 )
-from .types import VOID, Btf, BtfType, Head, Member, Param, gc_paused, head
+from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
 _IN_PROGRESS = -2
@@ -81,8 +81,7 @@ def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = 
         if not libbpf_1_1 and btf.base is None and in_c(kinds):
             m = _map_in_c(btf)
             if m is not None:
-                return _compact(btf, cast('list[BtfType | None]', btf.types), m,
-                                _classes(kinds).one_ref, consume)
+                return _compact(btf, cast('list[BtfType | None]', btf.types), m, consume)
         # The passes' state is freed before the collector comes back: it
         # would walk all of it once.
         return _Dedup(btf, libbpf_1_1, split_base, kinds).run(consume)
@@ -151,7 +150,6 @@ class _Classes:
         self.composite = kinds.composite
         self.never_deduped = kinds.not_deduped
         self.primitive = kinds.leaf
-        self.one_ref = kinds.one_ref
         #: Reference kinds that are their header and one target: a graph
         #: walk follows ``type`` once the headers agree.
         self.chain = frozenset(i.kind for i in deduped if i.one_ref and not i.fixed)
@@ -960,7 +958,7 @@ class _Dedup:
         return new_id
 
     def compact(self, consume: bool) -> Btf:
-        return _compact(self.btf, self.types, self.map, self.classes.one_ref, consume)
+        return _compact(self.btf, self.types, self.map, consume)
 
 
 def _resolve(m: list[int], i: int) -> int:
@@ -972,8 +970,7 @@ def _resolve(m: list[int], i: int) -> int:
     return i
 
 
-def _compact(btf: Btf, types: list[BtfType | None], m: list[int], one_ref: frozenset[Kind],
-             consume: bool) -> Btf:
+def _compact(btf: Btf, types: list[BtfType | None], m: list[int], consume: bool) -> Btf:
     """The canonical own types of ``btf`` by map ``m`` (``types`` by id),
     in id order, with ids remapped (copies, or with ``consume`` the types
     themselves)."""
@@ -998,12 +995,7 @@ def _compact(btf: Btf, types: list[BtfType | None], m: list[int], one_ref: froze
         t = types[i]
         assert t is not None
         c = t if consume else t.copy()
-        k = t.kind
-        if k in one_ref:
-            c.type = final[t.type]
-        elif k is _STRUCT or k is _UNION:
-            c.items = tuple([_new(Member, (n, final[x], o, b)) for n, x, o, b in t.items])
-        elif k is _FUNC_PROTO:
+        if t.kind is _FUNC_PROTO:       # BtfType.remap, one Param of each
             c.type = final[t.type]
             c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
                              for p in t.items])
