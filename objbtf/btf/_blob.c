@@ -363,18 +363,6 @@ static const char *aggregate_name(const struct blob *b, uint32_t id, const char 
 	return n;
 }
 
-/* How many type ids type ``id`` refers to (BtfType.refs). */
-static uint32_t count_refs(const struct blob *b, uint32_t id)
-{
-	return ref_count(kind(b, id), vlen(b, id));
-}
-
-/* Reference ``i`` of type ``id``, in BtfType.refs' order. */
-static uint32_t ref_at(const struct blob *b, uint32_t id, uint32_t i)
-{
-	return word(b, b->at[id] + 4 * ref_word(kind(b, id), i));
-}
-
 static int hash_type(struct hasher *h, uint32_t id, int depth);
 
 /* Appends what a reference to ``ref`` contributes (Hasher._token); returns
@@ -469,8 +457,8 @@ static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 static int hash_type(struct hasher *h, uint32_t id, int depth)
 {
 	const struct blob *b = h->b;
-	uint32_t nrefs = count_refs(b, id);
 	int k = kind(b, id);
+	uint32_t nrefs = ref_count(k, vlen(b, id));     /* BtfType.refs */
 
 	if (depth >= MAX_NESTING)
 		return -1;
@@ -483,7 +471,7 @@ static int hash_type(struct hasher *h, uint32_t id, int depth)
 	put_scalars(b, &o, id);
 	for (uint32_t i = 0; i < nrefs; i++) {
 		put_char(&o, '\x1c');
-		int passed = put_token(h, &o, ref_at(b, id, i), depth);
+		int passed = put_token(h, &o, word(b, b->at[id] + 4 * ref_word(k, i)), depth);
 		if (passed < 0)
 			return -1;
 		flag |= passed;
