@@ -114,7 +114,7 @@ def cpu_mark() -> CpuMark:
 def others_since(mark: CpuMark) -> float:
     """CPU seconds other processes than this one and its descendants kept
     the machine busy since ``mark``: what makes a run untrustworthy
-    (trust.py)."""
+    (harness.py)."""
     now = cpu_mark()
     return (now.machine - mark.machine) - (now.ours - mark.ours)
 

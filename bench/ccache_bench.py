@@ -36,12 +36,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import become_subreaper, settle_servers  # noqa: E402
-from encode_bench import compile_command, reference_kernel, timed  # noqa: E402
+from encode_bench import reference_kernel, timed  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
-from results import record  # noqa: E402
+from saved_commands import compile_command  # noqa: E402
+from harness import record, rotated  # noqa: E402
 
 VARIANTS = ('stock', 'objbtf', 'objbtf, no cache')
 
@@ -85,8 +86,7 @@ def main() -> int:
         outputs: dict[str, dict[str, bytes]] = {v: {} for v in VARIANTS[1:]}
         for i, (rel, cmd) in enumerate(jobs):
             for turn in range(args.rounds):
-                shift = (i + turn) % len(VARIANTS)
-                for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                for variant in rotated(VARIANTS, i + turn):
                     (top / rel).unlink()
                     used = timed(['ccache', *cmd], cwd=build, env=env)
                     if variant != 'stock' and used is not None:

@@ -13,7 +13,7 @@ CPU clock (user + system, imports left out):
   ``--passes N``, the fastest of N passes over the objects (a spell of
   the machine's other work falls into one pass, and is left out);
 - link: ``objbtf link -j 1`` of the temporary vmlinux of an encoded copy of
-  the build (tests/kernel_tree.py, made once, by this checkout, or by each
+  the build (testsupport/kernel_tree.py, made once, by this checkout, or by each
   with ``--own-trees``);
 - modules: every module's link on that vmlinux's BTF, without and with
   ``--base-index`` (each checkout's index made by an untimed first pass).
@@ -24,7 +24,7 @@ same, and each module the same with and without the index.  With
 format) each checkout links a copy of the tree it encoded itself, and the
 encode part leaves the chunks out of its digest: all else must be the same.  The checkouts
 take turns (A B, then B A, ...) --rounds times; the report gives each side's
-median and the median and range of the per-turn ratios, with bench/trust.py's
+median and the median and range of the per-turn ratios, with bench/harness.py's
 doubts (the machine's other load among them).
 """
 from __future__ import annotations
@@ -135,7 +135,8 @@ def tree_part(build: Path, tree: Path, vmlinux_btf: Path) -> tuple[dict[str, flo
 
 
 def worker(args: argparse.Namespace) -> int:
-    sys.path[:0] = [args.code, str(Path(args.code) / 'tests')]
+    # (tests/ held kernel_tree.py in checkouts older than testsupport/)
+    sys.path[:0] = [args.code, str(Path(args.code) / 'testsupport'), str(Path(args.code) / 'tests')]
     work = Path(args.work)
     if args.worker == 'tree':
         cpu, digest = tree_part(Path(args.build), Path(args.tree), Path(args.vmlinux_btf))
@@ -204,12 +205,11 @@ def main() -> int:
     parts = args.parts.split(',')
     if set(parts) - set(PARTS):
         ap.error(f'--parts: of {",".join(PARTS)}')
-    sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / 'tests')]
+    sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / 'testsupport')]
     from accounting import cpu_mark, others_share, others_since
     from encode_bench import reference_kernel
     from kernel_tree import objects
-    from results import record
-    from trust import doubts, paired_ratio
+    from harness import doubts, orders, paired_ratio, record, turn_order
 
     build = reference_kernel()
     sides = {'base': Path(args.base).resolve(), 'this': HERE.parent}
@@ -230,7 +230,7 @@ def main() -> int:
         code: dict[str, set[str]] = {s: set() for s in sides}
         others = wall = 0.0
         for r in range(args.rounds):
-            order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+            order = turn_order(list(sides), r)
             for part in parts:
                 for side in order:
                     (work / side).mkdir(exist_ok=True)
@@ -255,7 +255,7 @@ def main() -> int:
     found = []
     for name in cpu['this']:
         ratio = paired_ratio(cpu['base'][name], cpu['this'][name],
-                             [r % 2 for r in range(len(cpu['base'][name]))])
+                             orders(len(cpu['base'][name])))
         lines.append(f'{name:22} {statistics.median(cpu["base"][name]):7.2f}s '
                      f'{statistics.median(cpu["this"][name]):7.2f}s  {ratio}')
         found += [f'{name}: {d}' for d in doubts(ratio, share)]

@@ -26,10 +26,9 @@ import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from kernel_tree import objects  # noqa: E402
-from results import record  # noqa: E402
-from trust import paired_ratio  # noqa: E402
+from harness import orders, paired_ratio, record, turn_order  # noqa: E402
 
 #: One run: encode copies of argv's objects, print the CPU seconds it took,
 #: those of the kernel-rule check within it, and which modules ran.
@@ -110,13 +109,13 @@ def main() -> int:
         work = Path(d) / 'work'
         work.mkdir()
         for i in range(args.rounds):
-            for variant in (VARIANTS if i % 2 == 0 else reversed(VARIANTS)):
+            for variant in turn_order(list(VARIANTS), i):
                 total, checking = run(site, variant, objs, work).stdout.split()[:2]
                 cpu[variant].append(float(total))
                 check[variant].append(float(checking))
         counts = ({v: instructions(site, v, objs, work) for v in VARIANTS}
                   if args.instructions else {})
-    ratio = paired_ratio(cpu['pure'], cpu['compiled'], [i % 2 for i in range(len(cpu['pure']))])
+    ratio = paired_ratio(cpu['pure'], cpu['compiled'], orders(len(cpu['pure'])))
     lines = [f'{len(objs)} objects (every {args.every} of {args.build}), {args.rounds} turns, '
              f'load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end']
     for v in VARIANTS:

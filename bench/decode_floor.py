@@ -36,10 +36,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from encode_bench import objects, reference_kernel  # noqa: E402
 from install import clean_env  # noqa: E402
-from results import record  # noqa: E402
+from harness import record, turn_order  # noqa: E402
 
 #: One objbtf turn: the CPU seconds of read_units, of encode_elf, and of
 #: dedup beside libbpf's btf__dedup, summed over the objects, as JSON.
@@ -52,7 +52,7 @@ from objbtf.dwarf.reader import read_units
 from objbtf.elf.reader import ElfFile
 from objbtf.encode.encoder import debug_sections, encode_elf
 from objbtf.features import Features
-from libbpf_oracle import libbpf
+from libbpf import libbpf
 lib, features = libbpf(), Features()
 gc.disable()                        # as encode_path runs, gc_paused
 clock = time.process_time
@@ -111,7 +111,7 @@ def c_turn(exe: Path, listing: Path) -> dict:
 
 
 def objbtf_turn(objs: list[Path]) -> dict:
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE.parent / 'tests')]))
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE.parent / 'testsupport')]))
     return json.loads(subprocess.run([sys.executable, '-P', '-c', CHILD, *map(str, objs)],
                                      env=env, check=True, capture_output=True,
                                      text=True).stdout)
@@ -140,7 +140,7 @@ def main() -> int:
         if c_turn(exe, one)['dies'] != readelf_dies(objs[0]):
             raise SystemExit(f'decode_floor.c counts other DIEs than readelf in {objs[0]}')
         for turn in range(args.turns):
-            for side in (('c', 'objbtf') if turn % 2 == 0 else ('objbtf', 'c')):
+            for side in turn_order(('c', 'objbtf'), turn):
                 if side == 'c':
                     c_runs.append(c_turn(exe, listing))
                 else:

@@ -33,12 +33,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import become_subreaper, server_supported, settle_servers, tree_cpu  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
-from results import record  # noqa: E402
-from saved_commands import first_command  # noqa: E402
+from harness import record, turn_order  # noqa: E402
+from saved_commands import compile_command  # noqa: E402
 KERNEL_SCRIPT = HERE.parent / 'scripts' / 'build-kernel.sh'
 TOOLS = ('compile', 'objbtf', 'pahole')
 
@@ -56,23 +56,6 @@ def timed(cmd: list[str], **kw) -> float | None:
     before = tree_cpu()
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
     return tree_cpu() - before if r.returncode == 0 else None
-
-
-def compile_command(build: Path, obj: Path, out: Path) -> list[str] | None:
-    """The object's saved gcc command, writing to ``out`` instead."""
-    try:
-        args = first_command(obj)
-    except FileNotFoundError:          # no saved command: not built by Kbuild
-        return None
-    if not args or not args[0].endswith('gcc') or '-c' not in args:
-        return None
-    rel = str(obj.relative_to(build))
-    fixed = []
-    for a in args:
-        if a.startswith('-Wp,-MMD,'):
-            a = f'-Wp,-MMD,{out}.d'
-        fixed.append(str(out) if a == rel else a)
-    return fixed
 
 
 def main() -> int:
@@ -113,7 +96,7 @@ def main() -> int:
                 subprocess.run(cmd, cwd=build, check=True)
                 shutil.copyfile(Path(d) / 'c.o', source)
             got = {}
-            for tool in (TOOLS if i % 2 == 0 else TOOLS[::-1]):
+            for tool in turn_order(TOOLS, i):
                 if tool == 'compile':
                     got[tool] = timed(cmd, cwd=build)
                     continue

@@ -27,25 +27,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from encode_bench import compile_command, objects, reference_kernel, timed  # noqa: E402
+sys.path[:0] = [str(HERE), str(HERE.parent / 'testsupport')]
+from encode_bench import objects, reference_kernel, timed  # noqa: E402
 from accounting import cpu_mark, others_share, others_since  # noqa: E402
 from install import clean_env, installed_objbtf  # noqa: E402
-from results import record  # noqa: E402
-from trust import doubts, paired_ratio  # noqa: E402
-
-DWARF_FLAGS = ('-g',)
-
-
-def without_debug(cmd: list[str]) -> list[str]:
-    """The command without debug information: -g and -gdwarf-N out."""
-    return [a for a in cmd if a not in DWARF_FLAGS and not a.startswith('-gdwarf')]
-
-
-def without_dwarf(cmd: list[str]) -> list[str]:
-    """The DWARF-less build's command: -g and -gdwarf-N out, -gbtf in."""
-    return without_debug(cmd) + ['-gbtf']
-
+from harness import doubts, paired_ratio, record, rotated  # noqa: E402
+from saved_commands import compile_command, without_debug, without_dwarf  # noqa: E402
 
 #: The compiles of an object: (name, the command from its saved one).
 VARIANTS = (('-g', list), ('-gbtf', without_dwarf), ('none', without_debug))
@@ -58,8 +45,7 @@ def one_round(build: Path, work: Path, objs: list[Path], objbtf: str,
     totals = dict.fromkeys(('compile -g', 'compile -gbtf', 'compile none', 'encode DWARF',
                             'encode GCC BTF', 'bytes -g', 'bytes -gbtf'), 0.0)
     for i, obj in enumerate(objs):
-        k = (i + turn) % len(VARIANTS)
-        for name, command in VARIANTS[k:] + VARIANTS[:k]:
+        for name, command in rotated(VARIANTS, i + turn):
             out = work / 'object.o'
             c = command(compile_command(build, obj, out))
             cpu = timed(c, cwd=build)

@@ -4,7 +4,7 @@ objects): its CPU in process, against another commit, and as a build runs it.
 
 The sample: every Nth C object of the reference kernel, compiled again with
 its saved Kbuild command as the DWARF-less build compiles it (``-g`` out,
-``-gbtf`` in: gbtf_bench.without_dwarf), into a scratch directory; their
+``-gbtf`` in: testsupport/saved_commands.without_dwarf), into a scratch directory; their
 compile CPU is measured once, for the encode/compile ratio.
 
 - In process, A/B: with ``--against REV``, child processes take turns, round
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -42,9 +41,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from encode_bench import compile_command, objects, reference_kernel  # noqa: E402
-from gbtf_bench import without_dwarf  # noqa: E402
+sys.path[:0] = [str(HERE), str(HERE.parent / 'testsupport')]
+from encode_bench import objects, reference_kernel  # noqa: E402
+from harness import record, turn_order  # noqa: E402
+from saved_commands import compile_command, without_dwarf  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from resident_bench import child_cpu, run_phase  # noqa: E402
 
@@ -100,7 +100,7 @@ def in_process(runners: dict[str, tuple[str, dict[str, str]]], objs: list[Path],
     best: dict[str, list[float]] = {name: [float('inf')] * len(objs) for name in runners}
     names = list(runners)
     for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
+        for name in turn_order(names, r):
             python, env = runners[name]
             out = subprocess.run([python, '-P', '-c', CHILD, str(reps), *map(str, objs)],
                                  env=env, capture_output=True, text=True, check=True).stdout
@@ -127,7 +127,7 @@ def as_built(installs: dict[str, str], objs: list[Path], rounds: int, work: Path
     order = list(ways)
     scratch = work / 'tree'
     for r in range(rounds):
-        for way in (order if r % 2 == 0 else order[::-1]):
+        for way in turn_order(order, r):
             cmd, env, stop = ways[way]
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir()
@@ -205,10 +205,7 @@ def main() -> int:
     report = '\n'.join(lines)
     print(report)
     if not args.no_record:
-        cmdline = shlex.join(['python3', 'bench/gbtf_encode_bench.py', *sys.argv[1:]])
-        with open(HERE / 'RESULTS.md', 'a') as f:
-            f.write(f'\n## DWARF-less per-object step (GCC BTF), {time.strftime("%Y-%m-%d %H:%M")}'
-                    f'\n\n`{cmdline}`\n\n```\n{report}\n```\n')
+        record('DWARF-less per-object step (GCC BTF)', report)
     return 0
 
 

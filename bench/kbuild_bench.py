@@ -43,7 +43,7 @@ processes used meanwhile, and its phases (compile, the vmlinux link chain,
 the modules' final links: times of make's output lines) for the projection
 to 8, 32 and 64 CPUs (docs/benchmarks.md).  Records go to WORK/records-DATE.jsonl as they
 come; the report (medians, ratios to the first variant, whether each can be
-trusted: trust.py) is printed and appended to --results with the command
+trusted: harness.py) is printed and appended to --results with the command
 line and the machine's state.  --from-records reports on an earlier run's
 records, finished or not.
 
@@ -78,7 +78,7 @@ from accounting import (become_subreaper, cpu_mark, others_since, server_support
                         settle_servers, stop_servers, tree_cpu)
 from install import clean_env, installed_objbtf
 from projection import PHASES, Phase, build_wall
-from trust import OTHERS_LIMIT, doubts, paired_ratio
+from harness import OTHERS_LIMIT, command_line, doubts, paired_ratio, record, turn_order
 
 HERE = Path(__file__).resolve().parent
 CONFIG_DIR = HERE.parent / 'kbuild-integration' / 'configs'
@@ -285,7 +285,7 @@ def run(opts, work: Path, records: Path) -> dict:
                             configure(integration, src, builds[name], config, variants[name])
                     else:
                         os.utime(src / (opts.touch if step == 'vmlinux' else opts.touch_module))
-                    for name in (names if turn % 2 == 0 else names[::-1]):
+                    for name in turn_order(names, turn):
                         log = work / 'logs' / f'{opts.source}-{config}-{step}-{turn}-{name}.log'
                         if name in failed:
                             continue
@@ -381,7 +381,7 @@ def report(described: dict, builds: list[Build]) -> str:
                 projection.append((step, name, median_phases(runs)))
                 if others > OTHERS_LIMIT:
                     loaded.append(f'{step} {name} ({100 * others:.0f}%)')
-        out += ['', 'Can the ratios be trusted (bench/trust.py)?']
+        out += ['', 'Can the ratios be trusted (bench/harness.py)?']
         out += [f'  {v}' for v in verdicts] or ['  no ratio: no turn has measured two variants yet']
         out += ['', 'Projected wall s on N CPUs (docs/benchmarks.md), from the medians of each phase: '
                     'c(ompile), l(ink chain), m(odules)']
@@ -426,10 +426,6 @@ def projection_table(rows: list[tuple[str, str, dict[str, Phase]]], names: list[
             out.append(f'{step:8} {f"{name}/{names[0]}":17} {"":>30}'
                        + ''.join(f' {a / b:7.2f}' for a, b in zip(w, base)))
     return out
-
-
-def command_line() -> str:
-    return shlex.join(['python3', 'bench/kbuild_bench.py', *sys.argv[1:]])
 
 
 def short(seconds: float) -> str:
@@ -486,14 +482,14 @@ def main() -> int:
     if described.get('command', command) != command:
         command = f'{described["command"]}`, reported by `{command}'
     variants = '; '.join(f'{n}: `{a}`' for n, a in described['variants'].items())
-    with open(opts.results, 'a') as f:
-        f.write(f'\n## kbuild, {time.strftime("%Y-%m-%d %H:%M")}\n\n`{command}`\n\n'
-                f'Machine: {described["machine"]}. Variants: {variants}. Steps: full build, '
-                f'then after touching {described["touch"]}, then {described["touch_module"]}. '
-                f'Resident server: {"yes" if described["resident"] else "not in this objbtf"}. '
-                + ('Compiler cache: ccache, and objbtf\'s encode cache, both warmed by an '
-                   'untimed full build of each variant. ' if described.get('ccache') else '')
-                + f'Records: {described["records"]}.\n\n```\n{text}\n```\n')
+    record('kbuild', text, results=opts.results, command=command,
+           machine_state=described['machine'],
+           note=(f'\n\nVariants: {variants}. Steps: full build, '
+                 f'then after touching {described["touch"]}, then {described["touch_module"]}. '
+                 f'Resident server: {"yes" if described["resident"] else "not in this objbtf"}. '
+                 + ('Compiler cache: ccache, and objbtf\'s encode cache, both warmed by an '
+                    'untimed full build of each variant. ' if described.get('ccache') else '')
+                 + f'Records: {described["records"]}.'))
     return 0
 
 

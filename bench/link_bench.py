@@ -6,7 +6,7 @@ scripts/pahole-flags.sh gives the installed pahole (1.24: ``--btf_gen_floats
 -j --lang_exclude=rust``), here with ``--btf_encode_detached`` so that the
 input stays as it is (the kernel's step writes .BTF into the file and cuts it
 out again with objcopy; leaving that out favours pahole).  Both tools read one
-file: the reference kernel's objects, encoded (tests/kernel_tree.py), linked
+file: the reference kernel's objects, encoded (testsupport/kernel_tree.py), linked
 as link-vmlinux.sh links .tmp_vmlinux.btf, DWARF kept, so that it holds what
 each reads (pahole the DWARF, objbtf link the per-object BTF).
 
@@ -54,14 +54,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # This checkout's objbtf, in this process, its workers and the tools it runs.
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / 'tests')]
+sys.path[:0] = [str(HERE.parent), str(HERE.parent / 'testsupport')]
 os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(HERE.parent),
                                                          os.environ.get('PYTHONPATH')]))
 os.environ['OBJBTF_RESIDENT'] = '0'
 from accounting import PeakMemory  # noqa: E402
 from encode_bench import reference_kernel  # noqa: E402
 from kernel_tree import VMLINUX_LINK, encoded_tree, pahole_flags  # noqa: E402
-from results import record  # noqa: E402
+from harness import record  # noqa: E402
 from saved_commands import first_command  # noqa: E402
 
 #: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.

@@ -50,16 +50,15 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from kernel_tree import objects, pahole_flags  # noqa: E402
-from encode_bench import compile_command, installed_objbtf  # noqa: E402
+from encode_bench import installed_objbtf  # noqa: E402
 from accounting import (  # noqa: E402
     become_subreaper, cpu_mark, others_share, others_since, settle_servers,
 )
 from install import quick_client  # noqa: E402
-from results import record  # noqa: E402
-from saved_commands import first_command  # noqa: E402
-from trust import doubts, paired_ratio  # noqa: E402
+from harness import doubts, paired_ratio, record  # noqa: E402
+from saved_commands import compile_command, first_command  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
 

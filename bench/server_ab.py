@@ -13,7 +13,7 @@ on a fresh copy; the CPU counted is the client's plus its server's
 (accounting.tree_cpu: the servers are reparented to this process).  Both
 sides must write the same bytes.  The report gives each side's CPU per
 object per round, their medians, and the median and range of the
-per-round ratios with bench/trust.py's doubts.
+per-round ratios with bench/harness.py's doubts.
 
 Appends the report to bench/RESULTS.md with the command line.
 """
@@ -31,13 +31,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import become_subreaper, cpu_mark, others_share, others_since, tree_cpu  # noqa: E402
 from encode_bench import reference_kernel  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
-from results import record  # noqa: E402
-from trust import doubts, paired_ratio  # noqa: E402
+from harness import doubts, paired_ratio, record, turn_order  # noqa: E402
 
 SIDES = ('against', 'this')
 
@@ -104,7 +103,7 @@ def run_rounds(clients: dict[str, list[str]], sample: list[Path], tmp: Path,
         sums = dict.fromkeys(SIDES, 0.0)
         for i, obj in enumerate(sample):
             digests = set()
-            for side in (SIDES if (i + r) % 2 == 0 else SIDES[::-1]):
+            for side in turn_order(SIDES, i + r):
                 seconds, digest = encode_cpu(clients[side], obj, work, env)
                 sums[side] += seconds
                 digests.add(digest)

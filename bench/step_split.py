@@ -42,12 +42,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / 'tests'))
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import become_subreaper  # noqa: E402
-from encode_bench import compile_command, reference_kernel  # noqa: E402
+from encode_bench import reference_kernel  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
-from results import record  # noqa: E402
+from saved_commands import compile_command  # noqa: E402
+from harness import record, rotated  # noqa: E402
 from server_ab import encode_cpu  # noqa: E402
 
 WAYS = ('elf', 'file', 'server')
@@ -140,8 +141,7 @@ def main() -> int:
         sample = [(o, command) for o in objects(build)[::args.every]
                   if (command := compile_command(build, o, tmp / 'c.o')) is not None]
         for i, (obj, command) in enumerate(sample):
-            ways = WAYS[i % 3:] + WAYS[:i % 3]
-            for way in (*ways, 'round trip'):
+            for way in (*rotated(WAYS, i), 'round trip'):
                 subprocess.run(command, cwd=build, check=True)
                 for state in ('cold', 'warm'):
                     cpu[f'{way} {state}'].append(measure(way, obj))

@@ -30,7 +30,6 @@
 
 #define LOCAL_BITS 20           /* merge.py's _LOCAL_BITS */
 #define LOCAL_MASK ((1u << LOCAL_BITS) - 1)
-#define LEAF (BIT(K_INT) | ENUMS | BIT(K_FWD) | BIT(K_FLOAT))   /* kinds.py's leaf kinds */
 #define NONE UINT32_MAX
 
 /* ==== u64 -> u32, open addressing (hashes are spread already) ==== */
@@ -482,33 +481,16 @@ static int for_each_ref(const struct part *parts, uint32_t pos,
 			int (*each)(void *, uint32_t), void *ctx)
 {
 	const struct part *p = &parts[pos >> LOCAL_BITS];
-	const uint8_t *rec, *entries;
-	uint32_t kind, vlen;
+	const uint8_t *rec;
+	uint32_t kind, vlen, n;
 	int ret = 0;
 
 	if (record_of(parts, pos, &rec, &kind, &vlen))
 		return GIVE_UP;
-	entries = rec + 12 + 4 * fixed_words[kind];
-	if (ONE_REF & BIT(kind))
-		return each(ctx, word(p, rec + 8));
-	switch (kind) {
-	case K_ARRAY:
-		return (ret = each(ctx, word(p, rec + 12))) ? ret : each(ctx, word(p, rec + 16));
-	case K_STRUCT: case K_UNION:
-		for (uint32_t j = 0; j < vlen && !ret; j++)
-			ret = each(ctx, word(p, entries + 12 * j + 4));
-		return ret;
-	case K_FUNC_PROTO:
-		ret = each(ctx, word(p, rec + 8));
-		for (uint32_t j = 0; j < vlen && !ret; j++)
-			ret = each(ctx, word(p, entries + 8 * j + 4));
-		return ret;
-	case K_DATASEC:
-		for (uint32_t j = 0; j < vlen && !ret; j++)
-			ret = each(ctx, word(p, entries + 12 * j));
-		return ret;
-	}
-	return LEAF & BIT(kind) ? 0 : GIVE_UP;
+	n = ref_count(kind, vlen);
+	for (uint32_t i = 0; i < n && !ret; i++)
+		ret = each(ctx, word(p, rec + 4 * ref_word(kind, i)));
+	return ret;
 }
 
 /* What the edge rounds share: the index of first occurrences by hash, and

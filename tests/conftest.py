@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / 'fixtures'
 KCONFIG = FIXTURES / 'kconfig'
 C_FIXTURES = FIXTURES / 'c'
-#: The benchmarks' helpers the tests share (encode_bench.compile_command
-#: reruns an object's saved Kbuild command line), importable by name.
-BENCH = ROOT / 'bench'
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+#: The helpers the tests share with the benchmarks (kernel_tree,
+#: saved_commands, libbpf), importable by name: tests and benches share
+#: them there and never import each other.
+TESTSUPPORT = ROOT / 'testsupport'
+if str(TESTSUPPORT) not in sys.path:
+    sys.path.insert(0, str(TESTSUPPORT))
 
 # Commands run in their own process unless a test asks for the resident
 # server (tests/test_resident.py): a server per tmp directory would linger
@@ -147,7 +148,7 @@ def kernel_loader():
 @pytest.fixture(scope='session')
 def encoded_kernel(kernel_build, tmp_path_factory) -> Path:
     """A copy of the reference build with every object encoded again and
-    the temporary vmlinux and the modules linked again (kernel_tree.py),
+    the temporary vmlinux and the modules linked again (testsupport/kernel_tree.py),
     for the tests that link in place; deleted with the reference build."""
     from kbuild_tree import scratch
     from kernel_tree import encoded_tree

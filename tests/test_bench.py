@@ -1,8 +1,11 @@
 """The benchmarks' own machinery: CPU accounting of daemons, phases, the
-projection and the trust rules (bench/).  Nothing here is timed: the
-accounting tests check that CPU a process really burned is found."""
+projection and the harness's turns and trust rules (bench/).  Nothing here
+is timed: the accounting tests check that CPU a process really burned is
+found.  The one test module that imports benches: the others share their
+helpers with the benches through testsupport/."""
 from __future__ import annotations
 
+import ast
 import io
 import json
 import shutil
@@ -19,7 +22,10 @@ sys.path.insert(0, str(BENCH))
 
 from kbuild_bench import Timeline  # noqa: E402
 from projection import Phase, build_wall, phase_wall, split  # noqa: E402
-from trust import OTHERS_LIMIT, doubts, paired_ratio  # noqa: E402
+from harness import (OTHERS_LIMIT, doubts, machine, orders, paired_ratio, record,  # noqa: E402
+                     rotated, turn_order)
+
+ROOT = BENCH.parent
 
 #: A daemon as the resident server is one: started by a command that exits
 #: at once, in a session of its own; it burns BURN s of CPU and then logs
@@ -230,3 +236,45 @@ def test_the_c_decoding_floor_decodes_every_die(tmp_path, compiler, flags):
     got = c_turn(exe, listing)
     assert got['objects'] == 3
     assert got['dies'] == sum(readelf_dies(o) for o in objs) > 100
+
+
+def test_turns_alternate_and_rotate():
+    assert [turn_order('AB', t) for t in range(3)] == [['A', 'B'], ['B', 'A'], ['A', 'B']]
+    assert [''.join(rotated('ABC', t)) for t in range(4)] == ['ABC', 'BCA', 'CAB', 'ABC']
+    assert orders(3) == [0, 1, 0]
+
+
+def test_a_record_names_its_command_date_and_machine(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, 'argv', ['bench/encode_bench.py', '--every', '9'])
+    results = tmp_path / 'RESULTS.md'
+    record('encode', 'figures', results=results)
+    text = results.read_text()
+    assert text.startswith('\n## encode, 20')
+    assert '`python3 bench/encode_bench.py --every 9`' in text
+    assert f'Machine: {machine()}.' in text and '```\nfigures\n```' in text
+
+
+def imported(path: Path) -> set[str]:
+    """The top-level names of the modules ``path`` imports, wherever in it."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split('.')[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split('.')[0])
+    return names
+
+
+def test_benches_and_tests_share_helpers_through_testsupport_only():
+    """No bench imports a module of tests/, and no test (but this one) a bench."""
+    tests = {p.stem for p in (ROOT / 'tests').glob('*.py')}
+    benches = {p.stem for p in BENCH.glob('*.py')}
+    assert not tests & benches and not {p.stem for p in (ROOT / 'testsupport').glob('*.py')} \
+        & (tests | benches)
+    for bench in BENCH.glob('*.py'):
+        assert not imported(bench) & tests, bench.name
+    for test in (ROOT / 'tests').glob('*.py'):
+        if test.name != 'test_bench.py':
+            assert not imported(test) & benches, test.name
+    for helper in (ROOT / 'testsupport').glob('*.py'):
+        assert not imported(helper) & (tests | benches), helper.name

@@ -106,9 +106,8 @@ def test_kernel_objects(kernel_build, tmp_path):
     """Every 40th C object of the reference kernel, compiled again with its
     saved Kbuild command and -gbtf instead of -g, as the DWARF-less build
     compiles: the same result, and no give-up."""
-    from encode_bench import compile_command
-    from gbtf_bench import without_dwarf
     from kernel_tree import objects
+    from saved_commands import compile_command, without_dwarf
     checked = 0
     for obj in objects(kernel_build)[::40]:
         cmd = compile_command(kernel_build, obj, tmp_path / 'gbtf.o')

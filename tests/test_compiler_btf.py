@@ -250,7 +250,7 @@ def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     -gbtf alone, its -g left out), encode it from GCC's BTF, and return how
     it differs from the DWARF path's encoding of the reference object beyond
     what gcc_btf_facts derives from that object's DWARF."""
-    from encode_bench import compile_command
+    from saved_commands import compile_command
     from gcc_btf_facts import dwarf_facts, function_symbols, unexplained
     from objbtf.encode.object_file import encode_path
     from objbtf.features import Features
@@ -275,7 +275,7 @@ def test_kernel_objects(kernel_build, tmp_path, flags):
     saved Kbuild command line and -gbtf, encoded from GCC's BTF: valid BTF,
     and what the DWARF path gives for the same object but for the
     differences derived from its DWARF."""
-    from encode_bench import compile_command
+    from saved_commands import compile_command
     from kernel_tree import objects
     from objbtf.btf.validate import validate_bytes
     sample = [o for o in objects(kernel_build)[::40]

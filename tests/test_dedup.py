@@ -16,7 +16,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from conftest import FIXTURES, need, run
-from libbpf_oracle import (LIBBPF, assert_same_btf, diff_btf, isomorphism_problem, kind_counts,
+from libbpf import LIBBPF
+from libbpf_oracle import (assert_same_btf, diff_btf, isomorphism_problem, kind_counts,
                            libbpf_dedup)
 from objbtf.btf import (Btf, BtfType, Enumerator, Kind, Member, Param, VarSecinfo,
                         encode_btf, parse_btf)

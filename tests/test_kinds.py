@@ -17,7 +17,7 @@ import pytest
 import linkdedup
 import objbtf
 from fixtures.btf import inputs
-from libbpf_oracle import libbpf
+from libbpf import libbpf
 from objbtf.btf import BtfError, encode_btf, parse_btf
 from objbtf.btf.header import BtfHeader
 from objbtf.btf.kinds import KINDS, TYPE_HEAD_LEN

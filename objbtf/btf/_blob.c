@@ -185,16 +185,12 @@ static int name_ok(const struct blob *b, uint32_t off)
 static int type_ok(const struct blob *b, const uint8_t *t, int kind)
 {
 	uint32_t vlen = word(b, t + 4) & 0xffff;
-	if (!name_ok(b, word(b, t)))
-		return 0;
 	if (vlen && !entry_words[kind] && kind != K_FUNC)
 		return 0;
 	if (kind == K_INT && word(b, t + 12) & INT_RESERVED)   /* (not indexed yet) */
 		return 0;
-	if (kind == K_DATASEC)          /* its entries have no names */
-		return 1;
-	for (uint32_t i = 0; i < vlen && entry_words[kind]; i++)
-		if (!name_ok(b, word(b, t + 12 + 4 * entry_words[kind] * i)))
+	for (uint32_t i = 0, n = name_count(kind, vlen); i < n; i++)
+		if (!name_ok(b, word(b, t + 4 * name_word(kind, i))))
 			return 0;
 	return 1;
 }
@@ -367,38 +363,6 @@ static const char *aggregate_name(const struct blob *b, uint32_t id, const char 
 	return n;
 }
 
-/* How many type ids type ``id`` refers to (BtfType.refs). */
-static uint32_t count_refs(const struct blob *b, uint32_t id)
-{
-	int k = kind(b, id);
-	if (BIT(k) & ONE_REF)
-		return 1;
-	if (k == K_ARRAY)
-		return 2;
-	if (k == K_FUNC_PROTO)
-		return 1 + vlen(b, id);
-	if (BIT(k) & STRUCTS || k == K_DATASEC)
-		return vlen(b, id);
-	return 0;
-}
-
-/* Reference ``i`` of type ``id``, in BtfType.refs' order. */
-static uint32_t ref_at(const struct blob *b, uint32_t id, uint32_t i)
-{
-	switch (kind(b, id)) {
-	case K_ARRAY:
-		return i ? index_type(b, id) : type(b, id);
-	case K_FUNC_PROTO:
-		return i ? entry(b, id, i - 1, 1) : word(b, b->at[id] + 8);
-	case K_STRUCT:
-	case K_UNION:
-		return entry(b, id, i, 1);
-	case K_DATASEC:
-		return entry(b, id, i, 0);
-	}
-	return word(b, b->at[id] + 8);          /* one reference */
-}
-
 static int hash_type(struct hasher *h, uint32_t id, int depth);
 
 /* Appends what a reference to ``ref`` contributes (Hasher._token); returns
@@ -493,8 +457,8 @@ static void put_scalars(const struct blob *b, struct out *o, uint32_t id)
 static int hash_type(struct hasher *h, uint32_t id, int depth)
 {
 	const struct blob *b = h->b;
-	uint32_t nrefs = count_refs(b, id);
 	int k = kind(b, id);
+	uint32_t nrefs = ref_count(k, vlen(b, id));     /* BtfType.refs */
 
 	if (depth >= MAX_NESTING)
 		return -1;
@@ -507,7 +471,7 @@ static int hash_type(struct hasher *h, uint32_t id, int depth)
 	put_scalars(b, &o, id);
 	for (uint32_t i = 0; i < nrefs; i++) {
 		put_char(&o, '\x1c');
-		int passed = put_token(h, &o, ref_at(b, id, i), depth);
+		int passed = put_token(h, &o, word(b, b->at[id] + 4 * ref_word(k, i)), depth);
 		if (passed < 0)
 			return -1;
 		flag |= passed;

@@ -1,7 +1,9 @@
 /*
  * What the C code over BTF (_blob.c, _dedup.c, _loader.c, _amend.c, _merge.c)
  * shares: the kernel's kinds (numbers, the words each kind's layout adds
- * after struct btf_type as kinds.py's registry has them, sets of kinds),
+ * after struct btf_type as kinds.py's registry has them, sets of kinds,
+ * which words hold type ids and names; a registry other than kinds.py's
+ * KINDS never reaches this code: kinds.in_c),
  * a buffer that grows, and the making of the model's types (BtfType) and
  * their entries (Member, Param, ...).  The host's byte order is Python's
  * PY_BIG_ENDIAN.
@@ -34,6 +36,66 @@ static const int entry_words[K_LAST + 1] = {
 #define ONE_REF (MODIFIERS | BIT(K_PTR) | BIT(K_FUNC) | BIT(K_VAR) | BIT(K_DECL_TAG))
 #define STRUCTS (BIT(K_STRUCT) | BIT(K_UNION))
 #define ENUMS (BIT(K_ENUM) | BIT(K_ENUM64))
+
+/*
+ * The field iterator: which words of a type hold type ids and string
+ * offsets, counted in 32-bit words from the start of its struct btf_type
+ * (kinds.py's layouts: fields named ``type``, ``index_type``, ``name_off``).
+ * The walks over all of a type's type ids or names (_blob.c's hashes and
+ * checks, _dedup.c's and _amend.c's checks, _dedup.c's compaction,
+ * _merge.c's edges) go through it, in BtfType.refs' order: the
+ * size-or-type word, the fixed words, the entries.  tests/test_c_kinds.py
+ * checks these tables, and every set of kinds here and in the C files,
+ * against kinds.py.
+ */
+/* Kinds whose size-or-type word is a type id. */
+#define TYPE_WORD_REF (ONE_REF | BIT(K_FUNC_PROTO))
+/* How many of a kind's first fixed words are type ids. */
+static const uint32_t fixed_ref_words[K_LAST + 1] = {
+	[K_ARRAY] = 2,
+};
+/* Kinds whose entries hold a type id, and in which of their words. */
+#define ENTRY_TYPED (STRUCTS | BIT(K_FUNC_PROTO) | BIT(K_DATASEC))
+static const uint32_t entry_type_word[K_LAST + 1] = {
+	[K_STRUCT] = 1, [K_UNION] = 1, [K_FUNC_PROTO] = 1, [K_DATASEC] = 0,
+};
+/* Kinds whose entries have names: the first word of each entry. */
+#define ENTRY_NAMED (STRUCTS | ENUMS | BIT(K_FUNC_PROTO))
+
+/* How many type ids a type of kind ``k`` (at most K_LAST) with ``vlen``
+ * refers to (BtfType.refs). */
+static inline uint32_t ref_count(int k, uint32_t vlen)
+{
+	return (BIT(k) & TYPE_WORD_REF ? 1 : 0) + fixed_ref_words[k]
+		+ (BIT(k) & ENTRY_TYPED ? vlen : 0);
+}
+
+/* The word that holds reference ``i`` (below ref_count) of a type of kind ``k``. */
+static inline uint32_t ref_word(int k, uint32_t i)
+{
+	if (BIT(k) & TYPE_WORD_REF) {
+		if (!i)
+			return 2;
+		i--;
+	}
+	if (i < fixed_ref_words[k])
+		return 3 + i;
+	i -= fixed_ref_words[k];
+	return 3 + fixed_words[k] + entry_words[k] * i + entry_type_word[k];
+}
+
+/* How many string offsets a type of kind ``k`` with ``vlen`` holds: its
+ * name's, and its entries' names'. */
+static inline uint32_t name_count(int k, uint32_t vlen)
+{
+	return 1 + (BIT(k) & ENTRY_NAMED ? vlen : 0);
+}
+
+/* The word that holds string offset ``i`` (below name_count) of a type of kind ``k``. */
+static inline uint32_t name_word(int k, uint32_t i)
+{
+	return i ? 3 + fixed_words[k] + entry_words[k] * (i - 1) : 0;
+}
 
 /* Room for ``need`` items of ``size`` bytes in ``*buf``, of ``*cap``
  * items, growing it by doubling: 0, or -1 when out of memory. */

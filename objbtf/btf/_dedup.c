@@ -267,23 +267,11 @@ static int refs_ok(const struct dedup *d)
 {
 	for (uint32_t i = 1; i < d->n; i++) {
 		int k = d->kind[i];
-		const uint32_t *e = after(d, i);
-		uint32_t vlen = vlen_of(d, i);
+		const uint32_t *t = d->w + d->at[i];
 
-		if (BIT(k) & ONE_REF && third(d, i) >= d->n)
-			return 0;
-		if (k == K_ARRAY && (e[0] >= d->n || e[1] >= d->n))
-			return 0;
-		if (k == K_FUNC_PROTO && third(d, i) >= d->n)
-			return 0;
-		for (uint32_t j = 0; j < vlen && entry_words[k] && !(BIT(k) & ENUMS); j++) {
-			/* a member's and a parameter's type: their second word;
-			 * a DATASEC entry's: its first */
-			uint32_t ref = e[entry_words[k] * j + (k == K_DATASEC ? 0 : 1)];
-
-			if (ref >= d->n)
+		for (uint32_t j = 0, n = ref_count(k, vlen_of(d, i)); j < n; j++)
+			if (t[ref_word(k, j)] >= d->n)
 				return 0;
-		}
 	}
 	return 1;
 }
@@ -998,34 +986,21 @@ static int put_type(struct compacted *c, const struct dedup *d, uint32_t id,
 		    const int32_t *final)
 {
 	int k = d->kind[id];
-	uint32_t vlen = vlen_of(d, id), *t, *e;
+	uint32_t vlen = vlen_of(d, id), *t;
 	size_t len = 3 + fixed_words[k] + (size_t)entry_words[k] * (entry_words[k] ? vlen : 0);
 
 	if (grow((void **)&c->words, &c->cap, c->n + len, sizeof(*c->words)))
 		return GIVE_UP;
 	t = c->words + c->n;
-	e = t + 3 + fixed_words[k];
 	memcpy(t, d->w + d->at[id], len * sizeof(*t));
 	c->n += len;
-	if (rename_word(c, &t[0]))
-		return GIVE_UP;
-	if (BIT(k) & (ONE_REF | BIT(K_FUNC_PROTO)))
-		t[2] = (uint32_t)final[t[2]];
-	if (k == K_ARRAY) {
-		t[3] = (uint32_t)final[t[3]];
-		t[4] = (uint32_t)final[t[4]];
-	}
-	for (uint32_t j = 0; j < vlen && entry_words[k]; j++) {
-		uint32_t *entry = e + entry_words[k] * j;
-
-		if (k == K_DATASEC) {
-			entry[0] = (uint32_t)final[entry[0]];
-			continue;
-		}
-		if (rename_word(c, &entry[0]))
+	for (uint32_t i = 0, n = name_count(k, vlen); i < n; i++)
+		if (rename_word(c, &t[name_word(k, i)]))
 			return GIVE_UP;
-		if (BIT(k) & (STRUCTS | BIT(K_FUNC_PROTO)))
-			entry[1] = (uint32_t)final[entry[1]];
+	for (uint32_t i = 0, n = ref_count(k, vlen); i < n; i++) {
+		uint32_t *ref = &t[ref_word(k, i)];
+
+		*ref = (uint32_t)final[*ref];
 	}
 	return 0;
 }

@@ -49,9 +49,9 @@ from .header import BtfHeader
 from .kinds import (
     KINDS, MAX_KIND_NUMBER, Kind, KindRegistry, ARRAY as _ARRAY, DECL_TAG as _DECL_TAG,
     ENUM as _ENUM, FLOAT as _FLOAT, FUNC_PROTO as _FUNC_PROTO, FWD as _FWD, INT as _INT,
-    STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN,
+    STRUCT as _STRUCT, TYPEDEF as _TYPEDEF, UNION as _UNION, UNKN as _UNKN, in_c,
 )
-from .types import VOID, Btf, BtfType, Head, Member, Param, gc_paused, head
+from .types import VOID, Btf, BtfType, Head, Param, gc_paused, head
 
 _UNPROCESSED = -1
 _IN_PROGRESS = -2
@@ -78,11 +78,10 @@ def dedup(btf: Btf, *, libbpf_1_1: bool = False, split_base: SplitBase | None = 
     caller is done with ``btf``: its type objects (each must be in it
     once) become the output's, changed in place, instead of being copied."""
     with gc_paused():
-        if not libbpf_1_1 and btf.base is None and kinds is KINDS:
+        if not libbpf_1_1 and btf.base is None and in_c(kinds):
             m = _map_in_c(btf)
             if m is not None:
-                return _compact(btf, cast('list[BtfType | None]', btf.types), m,
-                                _classes(kinds).one_ref, consume)
+                return _compact(btf, cast('list[BtfType | None]', btf.types), m, consume)
         # The passes' state is freed before the collector comes back: it
         # would walk all of it once.
         return _Dedup(btf, libbpf_1_1, split_base, kinds).run(consume)
@@ -151,7 +150,6 @@ class _Classes:
         self.composite = kinds.composite
         self.never_deduped = kinds.not_deduped
         self.primitive = kinds.leaf
-        self.one_ref = kinds.one_ref
         #: Reference kinds that are their header and one target: a graph
         #: walk follows ``type`` once the headers agree.
         self.chain = frozenset(i.kind for i in deduped if i.one_ref and not i.fixed)
@@ -221,23 +219,16 @@ class _Classes:
         return shape
 
     def _children_function(self) -> Callable[[BtfType], tuple[int, ...]]:
-        chain, composite, primitive = self.chain, self.composite, self.primitive
-        by_layout = self.by_layout & self.graph
+        walked = (self.chain | self.composite | self.primitive | (self.by_layout & self.graph)
+                  | {_FUNC_PROTO})
 
         def children(t: BtfType) -> tuple[int, ...]:
-            """Referenced ids, in the order a graph walk compares them."""
+            """Referenced ids (``BtfType.refs``), in the order a graph walk
+            compares them: an array's index type before its element (libbpf's)."""
             k = t.kind
-            if k in chain:
-                return (t.type,)
             if k is _ARRAY:
                 return (t.index_type, t.type)
-            if k in composite:
-                return tuple([m.type for m in t.items])
-            if k is _FUNC_PROTO:
-                return (t.type, *[p.type for p in t.items])
-            if k in primitive:
-                return ()
-            if k in by_layout:
+            if k in walked:
                 return t.refs()
             raise BtfError(f'a struct or union graph reaches a {k.name}')
         return children
@@ -967,7 +958,7 @@ class _Dedup:
         return new_id
 
     def compact(self, consume: bool) -> Btf:
-        return _compact(self.btf, self.types, self.map, self.classes.one_ref, consume)
+        return _compact(self.btf, self.types, self.map, consume)
 
 
 def _resolve(m: list[int], i: int) -> int:
@@ -979,8 +970,7 @@ def _resolve(m: list[int], i: int) -> int:
     return i
 
 
-def _compact(btf: Btf, types: list[BtfType | None], m: list[int], one_ref: frozenset[Kind],
-             consume: bool) -> Btf:
+def _compact(btf: Btf, types: list[BtfType | None], m: list[int], consume: bool) -> Btf:
     """The canonical own types of ``btf`` by map ``m`` (``types`` by id),
     in id order, with ids remapped (copies, or with ``consume`` the types
     themselves)."""
@@ -1005,12 +995,7 @@ def _compact(btf: Btf, types: list[BtfType | None], m: list[int], one_ref: froze
         t = types[i]
         assert t is not None
         c = t if consume else t.copy()
-        k = t.kind
-        if k in one_ref:
-            c.type = final[t.type]
-        elif k is _STRUCT or k is _UNION:
-            c.items = tuple([_new(Member, (n, final[x], o, b)) for n, x, o, b in t.items])
-        elif k is _FUNC_PROTO:
+        if t.kind is _FUNC_PROTO:       # BtfType.remap, one Param of each
             c.type = final[t.type]
             c.items = tuple([params.get(p) or params.setdefault(p, _new(Param, (p[0], final[p[1]])))
                              for p in t.items])

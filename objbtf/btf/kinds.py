@@ -4,7 +4,10 @@ One ``KindInfo`` per kind (the kernel's uapi/linux/btf.h, libbpf's
 ``layouts[]``) says how the kind is laid out in the binary format and what
 its fields mean; ``KINDS`` is the registry of the kinds the kernel knows.
 The codec (``reader``, ``writer``), the model (``types``), dedup, hashing,
-dump and the link ask it instead of keeping their own sets of kinds.
+dump and the link ask it instead of keeping their own sets of kinds.  The
+C extensions know ``KINDS`` from ``_btf.h`` (kind numbers, layouts, sets,
+which words hold type ids and names), which tests/test_c_kinds.py checks
+against this registry; ``in_c`` routes any other registry to Python.
 
 Every type starts with the 12-byte ``struct btf_type`` (name offset, info,
 size-or-type word), followed by ``fixed`` 32-bit words and ``vlen`` entries
@@ -275,3 +278,10 @@ KINDS = KindRegistry([
     KindInfo(Kind.ENUM64, SIZE, entry=BTF_ENUM64, vlen=ENTRIES, kflag=SIGNED, leaf=True,
              named_entries='value name', family=ENUMS),
 ])
+
+
+def in_c(kinds: KindRegistry) -> bool:
+    """Whether the C extensions may take a table of ``kinds``: they know the
+    kernel's kinds, ``KINDS`` (``_btf.h``; tests/test_c_kinds.py ties the
+    two), and no other registry's, whose tables the Python code takes."""
+    return kinds is KINDS

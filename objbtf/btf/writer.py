@@ -17,7 +17,7 @@ from .header import BtfHeader
 from .kinds import (
     BTF_ARRAY, BTF_DECL_TAG, BTF_ENUM, BTF_ENUM64, BTF_MEMBER, BTF_PARAM, BTF_VAR,
     BTF_VAR_SECINFO, INT_DATA, KINDS, LINKAGE, SIZE, SIZE_TYPE_OFFSET, TYPE_HEAD_LEN, ZERO,
-    KindInfo, KindRegistry,
+    KindInfo, KindRegistry, in_c,
 )
 from .strings import StringTable
 from .types import Btf, BtfType
@@ -44,7 +44,7 @@ def encode_btf(btf: Btf, offsets: list[int] | None = None, byteorder: str | None
     A value the format cannot hold raises BtfError.
     """
     order = byteorder or btf.byteorder
-    if _C is not None and btf.base is None and kinds is KINDS:
+    if _C is not None and btf.base is None and in_c(kinds):
         written = _C.write(btf.types, order == 'big')
         if written is not None:
             section, sdata, at = written

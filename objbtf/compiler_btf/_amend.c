@@ -34,7 +34,6 @@
 #define INT_RESERVED 0xf000ff00u
 #define INT_SIGNED 1
 #define INT_BOOL 4
-#define ENTRY_NAMED (STRUCTS | ENUMS | BIT(K_FUNC_PROTO))
 #define HAS_VLEN (STRUCTS | ENUMS | BIT(K_FUNC) | BIT(K_FUNC_PROTO) | BIT(K_DATASEC))
 #define PLAIN_REFERENCES (ONE_REF & ~BIT(K_DECL_TAG))
 
@@ -139,12 +138,11 @@ static int scan(struct src *s)
 		if (k == K_UNKN || k > K_LAST || (vlen && !(HAS_VLEN & BIT(k))))
 			return -1;
 		end = w + 3 + fixed_words[k] + (size_t)entry_words[k] * vlen;
-		if (end > s->nw || s->w[w] >= s->limit)
+		if (end > s->nw)
 			return -1;
-		if (ENTRY_NAMED & BIT(k))
-			for (size_t e = w + 3 + fixed_words[k]; e < end; e += entry_words[k])
-				if (s->w[e] >= s->limit)
-					return -1;
+		for (uint32_t i = 0, names = name_count(k, vlen); i < names; i++)
+			if (s->w[w + name_word(k, i)] >= s->limit)
+				return -1;
 		if (k == K_INT && s->w[w + 3] & INT_RESERVED)
 			return -1;
 		if (n >= UINT32_MAX - 1

@@ -515,7 +515,7 @@ def _c_loader() -> Any:
     amend = c_extension('objbtf.compiler_btf._amend')
     if amend is None:
         return None
-    amend.init(new_type, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
+    amend.init(new_type, [i.kind for i in KINDS], Member, Param, Enumerator,
                base_type, enum_type, declared_enum)
     return amend
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 from .. import c_extension
-from ..btf.kinds import INT_BOOL, INT_SIGNED, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
+from ..btf.kinds import INT_BOOL, INT_SIGNED, KINDS, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind
 from ..btf.types import Btf, BtfType, Enumerator, Member, Param, new_type
 from ..errors import ObjbtfError
 from ..features import Features
@@ -383,7 +383,7 @@ def _c_loader() -> Any:
     loader = c_extension('objbtf.dwarf._loader')
     if loader is None:
         return None
-    loader.init(new_type, [Kind(n) for n in range(Kind.ENUM64 + 1)], Member, Param, Enumerator,
+    loader.init(new_type, [i.kind for i in KINDS], Member, Param, Enumerator,
                 Expr, base_type, enum_type, declared_enum)
     return loader
 
