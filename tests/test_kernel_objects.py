@@ -1,6 +1,7 @@
 """Every object of the reference kernel: objbtf's BTF against pahole's, and the kernel's verdict.
 
-Runs on copies, so the shared build tree stays as Kbuild left it.
+Runs on copies, so the shared build tree stays as Kbuild left it; in the
+default tier on a sample (conftest.kernel_sample).
 """
 from __future__ import annotations
 
@@ -38,23 +39,24 @@ def _check_one(obj: str) -> tuple[str, list[str], int, bytes | None]:
 
 
 @pytest.fixture(scope='module')
-def encoded_kernel(kernel_build):
+def encoded_kernel(kernel_build, kernel_sample):
     need('pahole')
-    objs = [str(p) for p in objects(kernel_build)]
+    objs = [str(p) for p in objects(kernel_build)[::kernel_sample]]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return list(pool.map(_check_one, objs, chunksize=8))
 
 
-def test_every_object_matches_pahole(encoded_kernel):
+def test_every_object_matches_pahole(encoded_kernel, kernel_sample):
     encoded = [r for r in encoded_kernel if r[3] is not None]
-    assert len(encoded) > 800
+    assert len(encoded) > 800 // kernel_sample
     pahole_failed = [o for o, probs, _, _ in encoded if probs and probs[0].startswith('pahole failed')]
     # pahole 1.24 cannot encode the 16-bit real-mode objects; objbtf can.
     assert all('/realmode/rm/' in o for o in pahole_failed), pahole_failed
     bad = {o: p for o, p, _, _ in encoded if p and o not in pahole_failed}
     assert bad == {}
     # The documented difference: percpu variables in .data..percpu..* subsections.
-    assert sum(extra for _, _, extra, _ in encoded) >= 39
+    # (in every supported kernel's reference build, at least 39; some in any sample)
+    assert sum(extra for _, _, extra, _ in encoded) >= (39 if kernel_sample == 1 else 1)
 
 
 def test_kernel_accepts_every_object(encoded_kernel, kernel_loader):
