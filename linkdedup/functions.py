@@ -1,5 +1,6 @@
 """Pass 5, functions: pahole 1.31's choice of FUNCs, where the final symbol
-table is known (btf_encoder.c of dwarves v1.31).
+table is known (btf_encoder.c of dwarves v1.31), with the newest pahole's
+rules for GCC's clones (dwarves 109e5e4 and fb8328e).
 
 Each object's encoder emitted a FUNC for every function definition named
 after one of its function symbols' keys (``objbtf/btf/function_rules.py``: the
@@ -18,10 +19,15 @@ name loses its FUNC when
   (``uncertain_parm_loc``);
 - its prototypes differ between objects or within one, compared shallowly
   as pahole does (base types and aggregates by name, const and volatile
-  ignored), since the same struct may not yet be one type before dedup.
+  ignored), since the same struct may not yet be one type before dedup;
+- a concrete instance lists its parameters in another order than the
+  function (``reordered_parm``);
+- its code is a ``.constprop`` or ``.isra`` clone with a parameter
+  optimized out: the clone need not take its parameters where the
+  prototype says.
 
-Optimized-out parameters do not drop a function: pahole 1.31 keeps them,
-since callers still pass every argument.  A name keeps exactly one FUNC:
+Other optimized-out parameters do not drop a function: callers still pass
+every argument, the function just does not use it.  A name keeps exactly one FUNC:
 when its objects' FUNCs differ in what the shallow comparison ignores
 (parameter names, const), the one from an object where the symbol is not
 weak, the strong definition the linker kept (dwarves master finds it by
@@ -36,8 +42,8 @@ from collections.abc import Callable, Iterable
 from objbtf.btf.kinds import KINDS, Kind
 from objbtf.btf.types import Btf
 from objbtf.btf.function_rules import (
-    FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, STT_FUNC, function_key,
-    prototype,
+    FACT_INCONSISTENT, FACT_OPTIMIZED_CLONE, FACT_REORDERED, FACT_UNCERTAIN_LOC,
+    FACT_UNEXPECTED_REG, STT_FUNC, function_key, prototype,
 )
 
 from .tombstone import Tombstones
@@ -50,13 +56,16 @@ __all__ = ['STT_FUNC', 'FunctionReport', 'ambiguous_names', 'check_functions', '
 class FunctionReport:
     """The names the pass dropped, by reason, and how many other FUNCs of
     kept names it removed (``duplicates``)."""
-    REASONS = ('ambiguous', 'unexpected_reg', 'uncertain_loc', 'inconsistent')
+    REASONS = ('ambiguous', 'unexpected_reg', 'uncertain_loc', 'inconsistent', 'reordered',
+               'optimized_clone')
 
     def __init__(self):
         self.ambiguous: list[str] = []
         self.unexpected_reg: list[str] = []
         self.uncertain_loc: list[str] = []
         self.inconsistent: list[str] = []
+        self.reordered: list[str] = []
+        self.optimized_clone: list[str] = []
         self.duplicates = 0
 
     @property
@@ -140,6 +149,10 @@ def _reason(btf: Btf, name: str, ids: list[int], ambiguous: set[str], flags: int
     if flags & FACT_INCONSISTENT or (
             len(ids) > 1 and len({prototype(btf, btf[btf[i].type]) for i in ids}) > 1):
         return 'inconsistent'
+    if flags & FACT_REORDERED:
+        return 'reordered'
+    if flags & FACT_OPTIMIZED_CLONE:
+        return 'optimized_clone'
     return None
 
 

@@ -98,7 +98,9 @@ class Summary:
             out.append(f'  functions dropped: {len(f.inconsistent)} with prototypes that '
                        f'differ between objects, {len(f.ambiguous)} at several addresses, '
                        f'{len(f.unexpected_reg)} with parameters in unexpected registers, '
-                       f'{len(f.uncertain_loc)} with packed structs on the stack')
+                       f'{len(f.uncertain_loc)} with packed structs on the stack, '
+                       f'{len(f.reordered)} with parameters reordered, '
+                       f'{len(f.optimized_clone)} clones with parameters optimized out')
         k = self.kfuncs
         if k.tagged or k.missing:
             out.append(f'  kfuncs: {len(k.tagged) + len(k.missing)} in .BTF_ids, '

@@ -23,12 +23,13 @@ the rule that derives it from the tree rather than a list of names:
   strong one's, the code the linker kept; a function another unit defines
   inline, without a symbol, with another prototype: pahole may take that
   one's, objbtf records only the definitions with a symbol.
-- FUNCs one side lacks: objbtf follows pahole 1.31's function rules, which
-  1.24 lacks, and the newest pahole adds one (``optimized_clones``); which
-  FUNCs each has is derived from the symbol table by the tests of the
-  function rules (test_functions.py, test_link_kernel.py), so
-  ``unexplained`` compares the prototypes of the FUNCs both have, and only
-  those.
+- FUNCs one side lacks: objbtf follows the newest pahole's function rules,
+  which 1.24 lacks; which FUNCs each has is derived from the symbol table
+  by the tests of the function rules (test_functions.py,
+  test_link_kernel.py), so ``unexplained`` compares the prototypes of the
+  FUNCs both have, and only those.  Against the newest pahole, objbtf has
+  only the FUNCs of functions another unit defines inline with another
+  prototype (``extra_funcs``).
 """
 from __future__ import annotations
 
@@ -79,50 +80,26 @@ def definitions(objs: Iterable[Path], names: Iterable[str]) -> dict[str, list[tu
     return out
 
 
-#: The symbol suffixes of GCC's clones whose parameters may differ from the
-#: source's (the newest pahole's list, btf_encoder.c).
-OPTIMIZED_CLONE = re.compile(r'\.(?:constprop|isra)\b')
-
-
-def optimized_clones(binary: Path, names: Iterable[str]) -> set[str]:
-    """Those of ``names`` whose only function symbols in ``binary`` are GCC's
-    optimized clones (``foo.constprop.0``, ``foo.isra.0``).  The newest
-    pahole leaves out such a function when a parameter is optimized out
-    (dwarves commit fb8328e: the clone may take its parameters in other
-    registers); objbtf keeps it, as pahole 1.31 did.  This is the symbol
-    half of that rule; the parameter half is in the clone's DWARF."""
-    keys: dict[str, set[str]] = {}
-    with ElfFile.open(str(binary)) as elf:
-        for s in elf.symbols():
-            key = function_key(s.name) if s.type == STT_FUNC and s.shndx else None
-            if key is not None:
-                keys.setdefault(key, set()).add(s.name)
-    return {name for name in names
-            if keys.get(name) and all(OPTIMIZED_CLONE.search(n) for n in keys[name])}
-
-
 #: The prefix of the aliases Linux 7.x gives the variables its
 #: position-independent startup code uses (SYM_PIC_ALIAS: ``__pi_gdt_page``).
 PIC_ALIAS = '__pi_'
 
 
-def extra_funcs(theirs: dict[str, list[str]], ours: dict[str, list[str]], binary: Path,
-                objs: list[Path]) -> tuple[list[str], set[str], set[str]]:
+def extra_funcs(theirs: dict[str, list[str]], ours: dict[str, list[str]],
+                objs: list[Path]) -> tuple[list[str], set[str]]:
     """The FUNCs (``objbtf.inspect.diff.function_decls``) of the newest pahole's
-    BTF (``theirs``) against objbtf's of the same ``binary``, made from
-    ``objs``: (what no documented rule explains: a FUNC of pahole's missing
-    or with another prototype, or one only objbtf has that neither rule
-    covers; the optimized clones only objbtf has; those another unit
-    defines inline with another prototype)."""
+    BTF (``theirs``) against objbtf's made from ``objs``: (what no
+    documented rule explains: a FUNC of pahole's missing or with another
+    prototype, or one only objbtf has that another unit does not define
+    inline with another prototype; those that one does)."""
     diff = compare(theirs, ours)
     problems = [f'only pahole: {e["name"]}' for e in diff.removed]
     problems += [f'other prototype: {e["name"]}' for e in diff.changed]
     added = {e['name']: e['decls'] for e in diff.added}
-    clones = optimized_clones(binary, added)
-    inline = {name for name, decls in added.items() if name not in clones
-              and any(squash(p) != squash(decls[0]) for p in inline_prototypes(objs, name))}
-    problems += [f'only objbtf: {name}' for name in sorted(added.keys() - clones - inline)]
-    return problems, clones, inline
+    inline = {name for name, decls in added.items()
+              if any(squash(p) != squash(decls[0]) for p in inline_prototypes(objs, name))}
+    problems += [f'only objbtf: {name}' for name in sorted(added.keys() - inline)]
+    return problems, inline
 
 
 def percpu_symbols(path: Path) -> Counter:

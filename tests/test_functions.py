@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from btf_content import optimized_clones
 from conftest import need, objbtf, run
 from newest_pahole import build_clones, funcs
 from objbtf.btf.chunk import SECTION, split_chunks
 from objbtf.btf_file import load_btf_file
+from objbtf.dwarf.locations import location_register
 from objbtf.inspect.diff import compare, function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.btf.function_rules import (
-    FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_key,
+    FACT_INCONSISTENT, FACT_OPTIMIZED_CLONE, FACT_REORDERED, FACT_UNCERTAIN_LOC,
+    FACT_UNEXPECTED_REG, FACT_WEAK, function_key,
 )
 
 STT_FUNC, STB_WEAK = 2, 2
@@ -53,19 +54,15 @@ def chunk_facts(path: Path) -> dict[str, int]:
         return out
 
 
-def test_funcs_are_the_newest_pahole_s_but_for_optimized_clones(clones, newest_pahole):
+def test_funcs_are_the_newest_pahole_s(clones, newest_pahole):
     """The same FUNCs with the same prototypes as the newest pahole on the
-    same objects, the strong definition's for a name with a weak one too;
-    but for the one rule of the newest pahole objbtf does not follow yet
-    (btf_content.optimized_clones): a function whose only symbols are
-    .constprop or .isra clones, with a parameter optimized out."""
+    same objects, the strong definition's for a name with a weak one too,
+    its optimized clones included."""
     linked, btf, _ = clones
     theirs = funcs(newest_pahole, linked)
     ours = function_decls(load_btf_file(str(btf)))
     diff = compare(theirs, ours)
-    assert diff.removed == [] and diff.changed == []
-    added = {e['name'] for e in diff.added}
-    assert added == optimized_clones(linked, added) == {'constarg'}
+    assert diff.removed == diff.changed == diff.added == []
     weak = {s.name for s in symbols(linked.parent / 'clones_a.o') if s.bind == STB_WEAK}
     strong = function_decls(load_btf_file(str(linked.parent / 'clones_b.o')))
     assert weak == {'hook'} and ours['hook'] == strong['hook'] == ['int hook(int value)']
@@ -85,17 +82,25 @@ def test_each_rule_as_the_symbols_and_dwarf_facts_say(clones):
     assert ambiguous == {'helper'} and 'helper' not in ours
     # Clones keep a FUNC under the function's name; .cold pieces are none.
     clone_only = {k for k in addresses if k not in names}
-    assert clone_only == {'constarg', 'bystruct', 'up'}
-    assert 'constarg' in ours and {'split', 'split.cold'} <= names and 'split' in ours
-    # What DWARF says, recorded per object, drops the other two and the packed struct.
+    assert clone_only == {'constarg', 'lastarg', 'coldarg', 'bystruct', 'up'}
+    assert {'split', 'split.cold', 'coldarg.constprop.0.cold'} <= names
+    assert {'split', 'coldarg'} <= ours.keys()
+    # What DWARF says, recorded per object, drops the others and the packed struct.
     facts = chunk_facts(linked)
     assert facts['up'] & FACT_UNEXPECTED_REG and facts['bystruct'] & FACT_INCONSISTENT
     assert facts['many'] & FACT_UNCERTAIN_LOC and facts['hook'] & FACT_WEAK
-    assert not {'up', 'bystruct', 'many'} & ours.keys()
-    assert not facts.get('constarg', 0) & ~FACT_WEAK            # its registers are right
+    # constarg's clone lists x, then mode (a constant); lastarg's keeps the
+    # order, but its code is a clone's without mode.  coldarg's is too, but
+    # its DWARF gives the clone's address ranges, not the symbol's address,
+    # and hook's unused parameter is no clone's.
+    assert facts['constarg'] == FACT_REORDERED | FACT_OPTIMIZED_CLONE
+    assert facts['lastarg'] == FACT_OPTIMIZED_CLONE
+    assert 'coldarg' not in facts and facts['hook'] == FACT_WEAK
+    assert not {'up', 'bystruct', 'many', 'constarg', 'lastarg'} & ours.keys()
     assert ('functions dropped: 1 with prototypes that differ between objects, 1 at several '
             'addresses, 1 with parameters in unexpected registers, 1 with packed structs on '
-            'the stack') in summary
+            'the stack, 1 with parameters reordered, 1 clones with parameters optimized '
+            'out') in summary
 
 
 @pytest.mark.parametrize('cc', ['gcc', 'clang'])
@@ -120,8 +125,11 @@ def test_location_lists_of_each_dwarf_form(tmp_path, cc):
         assert 'DW_FORM_loclistx' in info
 
 
-def test_link_refuses_objects_with_the_previous_chunk_format(clones, tmp_path):
-    """A version 2 chunk (no function facts) is named, to be rebuilt."""
+@pytest.mark.parametrize('version', [2, 4])
+def test_link_refuses_objects_with_an_earlier_chunk_format(clones, tmp_path, version):
+    """A version 2 chunk (no function facts) or 4 (the layout of today's,
+    without the facts that drop reordered and optimized clones) is named,
+    to be rebuilt."""
     linked, _, _ = clones
     obj = tmp_path / 'old.o'
     src = linked.parent / 'clones_b.o'
@@ -131,11 +139,14 @@ def test_link_refuses_objects_with_the_previous_chunk_format(clones, tmp_path):
         order = elf.byteorder
     [chunk] = split_chunks(data, order)
     e = '<' if order == 'little' else '>'
-    name = chunk.name.encode()
-    tables = chunk.hashes.tobytes() + chunk.offsets.tobytes() + chunk.flags
-    body = name + bytes(-len(name) % 8) + tables + bytes(-len(tables) % 8)
-    old = struct.pack(e + '4sHHIIII', b'OBTF', 2, chunk.scheme, 24 + len(body), len(name),
-                      chunk.count, chunk.btf_size) + body
+    if version == 4:
+        old = data[:4] + struct.pack(e + 'H', 4) + data[6:]
+    else:
+        name = chunk.name.encode()
+        tables = chunk.hashes.tobytes() + chunk.offsets.tobytes() + chunk.flags
+        body = name + bytes(-len(name) % 8) + tables + bytes(-len(tables) % 8)
+        old = struct.pack(e + '4sHHIIII', b'OBTF', 2, chunk.scheme, 24 + len(body), len(name),
+                          chunk.count, chunk.btf_size) + body
     chunk_file = tmp_path / 'chunk'
     chunk_file.write_bytes(old)
     run(need('objcopy'), '--update-section', f'{SECTION}={chunk_file}', src, obj)
@@ -144,7 +155,7 @@ def test_link_refuses_objects_with_the_previous_chunk_format(clones, tmp_path):
     run(need('ld'), '-r', '-o', relinked, *others)
     r = objbtf('link', '--output', tmp_path / 'out.btf', relinked, check=False)
     assert r.returncode == 1 and 'Traceback' not in r.stderr
-    assert f'{chunk.name} (format 2)' in r.stderr and 'rebuild' in r.stderr
+    assert f'{chunk.name} (format {version})' in r.stderr and 'rebuild' in r.stderr
 
 
 def test_cache_misses_when_only_function_facts_change(clones, tmp_path):
@@ -166,3 +177,23 @@ def test_cache_misses_when_only_function_facts_change(clones, tmp_path):
     objbtf('link', '--output', tmp_path / 'fresh.btf', relinked)
     assert (tmp_path / 'again.btf').read_bytes() == (tmp_path / 'fresh.btf').read_bytes()
     assert chunk_facts(weakened)['hook'] & FACT_WEAK
+
+
+@pytest.mark.parametrize('exprs, aggregate, register', [
+    ([b'\x55'], False, 0x55),                           # DW_OP_reg5 (rdi)
+    ([b'\x91\x10', b'\x55'], False, -1),                # on the stack first, a register later
+    ([b'\x75\x00\x9f'], False, 0x55),                   # DW_OP_breg5 0; DW_OP_stack_value
+    ([b'\x75\x00'], False, -1),                         # an address, not a value
+    ([b'\x31\x9f'], False, -1),                         # DW_OP_lit1: a constant
+    ([b'\x53', b'\xa3\x01\x55\x9f'], False, 0x53),      # the first entry's register wins
+    ([b'\x91\x10', b'\xa3\x01\x54\x9f'], False, 0x54),  # DW_OP_entry_value(rsi), any entry
+    ([b'\x55\x93\x04\x91\x10\x93\x04'], False, 0x55),   # pieces of a small value: the first
+    ([b'\x91\x10\x93\x08\x54\x93\x08'], True, 0x54),    # a wide struct's pieces: a register
+    ([b'\x91\x10\x93\x08\x54\x93\x08'], False, -1),     # ... which a small value's first op is not
+    ([b'\x31\x93\x08\x54\x93\x08'], True, -1),          # a constant piece first
+])
+def test_the_newest_pahole_s_parameter_register(exprs, aggregate, register):
+    """dwarf_loader.c's parameter__decode_location: where a parameter
+    arrives, or -1, which makes one that should take a register
+    optimized out."""
+    assert location_register(iter(exprs), aggregate) == register

@@ -2,10 +2,10 @@
 
 One chunk per object, in the target's byte order; ld concatenates the chunks
 of all objects like the .BTF blobs, in the same order, each 8-aligned.
-Version 4:
+Version 5:
 
     0   char magic[4] = "OBTF"
-    4   u16  version = 4      the layout of the chunk (this docstring)
+    4   u16  version = 5      the layout (this docstring) and the facts it records
     6   u16  hash_scheme      btf/hashing.py's HASH_SCHEME when the hashes were made
     8   u32  size             of the whole chunk, padding included (a multiple of 8)
     12  u32  name_len         bytes of the name, without padding
@@ -39,9 +39,12 @@ the object, and a blob that passes is the one the encoder wrote, which the
 encoder checked against the kernel's rules.
 
 Later versions keep the 24-byte header and the name where they are, so that
-any objbtf can name, and step over, a chunk it cannot read.  Version 3 had
-no checksum, version 2 no function facts either; version 1 had a 16-byte
-header (magic, version, u16 0, count, btf_size) and no name.
+any objbtf can name, and step over, a chunk it cannot read.  A new
+function fact is a new version too: an older chunk would not say it, and
+the link would keep what a rebuilt object drops.  Version 4 had no
+``FACT_REORDERED`` and ``FACT_OPTIMIZED_CLONE``, version 3 no checksum,
+version 2 no function facts either; version 1 had a 16-byte header (magic,
+version, u16 0, count, btf_size) and no name.
 """
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ from .kinds import KINDS, Kind
 
 SECTION = '.BTF.objbtf'
 MAGIC = b'OBTF'
-VERSION = 4
+VERSION = 5
 _HEADER = struct.Struct('4sHHIIII')         # magic .. btf_size, without the byte order
 _CHECKSUM_LEN = 8                           # u32 checksum, u32 0
 _V1_HEADER = 16

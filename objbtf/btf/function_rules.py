@@ -1,4 +1,5 @@
-"""Which functions get a FUNC, by pahole 1.31's rules (btf_encoder.c).
+"""Which functions get a FUNC, by pahole 1.31's rules (btf_encoder.c), and
+the newest pahole's for GCC's optimized clones.
 
 pahole decides on the whole vmlinux.  objbtf decides in two steps: each
 object's encoder emits a FUNC for every function definition whose name is
@@ -25,8 +26,17 @@ FACT_UNCERTAIN_LOC = 2
 FACT_INCONSISTENT = 4
 #: The object's symbol of that name is weak: another object may override it.
 FACT_WEAK = 8
+#: A concrete instance lists its parameters in another order than the
+#: function does (pahole's reordered_parm): GCC moves the parameters it
+#: optimized out of a clone behind the others.
+FACT_REORDERED = 16
+#: The definition at a ``.constprop`` or ``.isra`` clone's symbol has a
+#: parameter optimized out, so the clone's registers need not be the
+#: prototype's (the newest pahole's "optimized parameters", dwarves fb8328e).
+FACT_OPTIMIZED_CLONE = 32
 #: Facts that make pahole leave the function out.
-DROPPING_FACTS = FACT_UNEXPECTED_REG | FACT_UNCERTAIN_LOC | FACT_INCONSISTENT
+DROPPING_FACTS = (FACT_UNEXPECTED_REG | FACT_UNCERTAIN_LOC | FACT_INCONSISTENT | FACT_REORDERED
+                  | FACT_OPTIMIZED_CLONE)
 
 STT_FUNC, STB_WEAK = 2, 2
 _SKIPPED = (Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.TYPE_TAG)
@@ -44,6 +54,14 @@ def function_key(symbol: str) -> str | None:
     if '.cold' in suffix or '.part' in suffix:
         return None
     return symbol[:dot]
+
+
+def is_optimized_clone(symbol: str) -> bool:
+    """Whether a symbol is one of GCC's clones that may take other
+    parameters than its function: ``.constprop`` or ``.isra`` after the
+    first '.' (btf_encoder.c's str_contains_optimized_fn_suffix)."""
+    dot = symbol.find('.')
+    return dot >= 0 and ('.constprop' in symbol[dot:] or '.isra' in symbol[dot:])
 
 
 def function_keys(symbols) -> tuple[set[str], set[str]]:

@@ -4,8 +4,11 @@ pahole drops a function whose parameters do not arrive in the registers its
 prototype says (a clone the compiler rewrote): BPF programs attached to it
 would read the wrong registers.  It reads each parameter's DW_AT_location
 (an expression, or a location list in .debug_loclists for DWARF 5,
-.debug_loc for DWARF 4) as dwarf_loader.c's ``parameter__reg`` does; this
-module does the same on the bytes the encoder already has.
+.debug_loc for DWARF 4) as dwarf_loader.c's ``parameter__reg`` does
+(``parameter_register``, pahole 1.31), and the newest pahole as its
+``parameter__decode_location`` does (``location_register``, which tells
+an optimized-out parameter); this module does the same on the bytes the
+encoder already has.
 """
 from __future__ import annotations
 
@@ -170,3 +173,67 @@ def parameter_register(exprs: Iterator[bytes], expected: int) -> int:
                 if found == expected:
                     return found
     return found
+
+
+def _operations(expr: bytes) -> list[int] | None:
+    """The opcodes of ``expr``, or None if it has one this module does not size."""
+    ops = []
+    pos = 0
+    while pos < len(expr):
+        n = _op_length(expr, pos)
+        if n is None:
+            return None
+        ops.append(expr[pos])
+        pos += n
+    return ops
+
+
+def _is_reg(op: int) -> bool:
+    return C.OP_reg0 <= op <= C.OP_reg31
+
+
+def _is_breg(op: int) -> bool:
+    return C.OP_breg0 <= op <= C.OP_breg31
+
+
+def _is_constant(op: int) -> bool:
+    return C.OP_lit0 <= op <= C.OP_lit31 or op in (C.OP_constu, C.OP_consts)
+
+
+def location_register(exprs: Iterator[bytes], aggregate: bool) -> int:
+    """The newest pahole's register of a parameter (``loc_reg`` of
+    dwarf_loader.c's parameter__decode_location), or -1 when its locations
+    name none: then pahole counts a parameter that should arrive in a
+    register as optimized out.  In the first location: ``DW_OP_regN``, or
+    ``DW_OP_bregN`` computing a value (``DW_OP_stack_value``); in any
+    location: ``DW_OP_entry_value(DW_OP_regN)``.  An ``aggregate`` (a
+    parameter wider than a register, which may take two) is described in
+    pieces: their first register, in any location."""
+    for i, expr in enumerate(exprs):
+        ops = _operations(expr) if expr else None
+        if not ops:
+            continue
+        first = ops[0]
+        stack_value = ops[-1] == C.OP_stack_value
+        if len(ops) == 1 or (len(ops) == 2 and stack_value):
+            if i == 0 and _is_reg(first):
+                return first
+            if i == 0 and stack_value and _is_breg(first):
+                return first - C.OP_breg0 + C.OP_reg0
+            if first in (C.OP_entry_value, C.OP_GNU_entry_value):
+                n, p = read_uleb(expr, 1)
+                inner = expr[p:p + n]
+                if inner and _op_length(inner, 0) == len(inner) and _is_reg(inner[0]):
+                    return inner[0]
+        elif _is_constant(first):
+            continue
+        elif not aggregate:
+            if i == 0 and _is_reg(first):
+                return first
+            if i == 0 and stack_value and _is_breg(first):
+                return first - C.OP_breg0 + C.OP_reg0
+        else:
+            for op in ops:
+                if _is_reg(op):
+                    return op
+    return -1

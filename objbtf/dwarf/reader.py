@@ -90,13 +90,16 @@ _FORMS_OF: Final = {
     C.AT_abstract_origin: ('DW_AT_abstract_origin', 'a reference', _REF_FORMS),
 }
 
-#: Attributes the loader reads; all others are decoded only to be skipped.
+#: Attributes the loader and the encoder read; all others are decoded only
+#: to be skipped.  DW_AT_low_pc places a function's code: the encoder
+#: compares it with its clones' symbols, so what matters is GCC's
+#: DW_FORM_addr (an index form, clang's, has no such symbols to match).
 WANTED: Final = frozenset({
     C.AT_name, C.AT_type, C.AT_byte_size, C.AT_bit_offset, C.AT_bit_size,
     C.AT_const_value, C.AT_upper_bound, C.AT_count, C.AT_data_member_location,
     C.AT_declaration, C.AT_external, C.AT_specification, C.AT_abstract_origin,
     C.AT_encoding, C.AT_data_bit_offset, C.AT_location, C.AT_str_offsets_base,
-    C.AT_addr_base, C.AT_language, C.AT_loclists_base,
+    C.AT_addr_base, C.AT_language, C.AT_loclists_base, C.AT_low_pc,
 })
 
 TYPE_TAGS: Final = frozenset({

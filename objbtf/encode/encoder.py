@@ -19,7 +19,9 @@ from ..btf.types import Btf, BtfType, VarSecinfo
 from ..btf.writer import encode_btf
 from ..dwarf import constants as C
 from ..dwarf.loader import CuLoader
-from ..dwarf.locations import NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, parameter_register
+from ..dwarf.locations import (
+    NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, location_register, parameter_register,
+)
 from ..dwarf.reader import CompileUnit, DebugSections, Die, Expr, read_uleb, read_units
 from ..elf.consts import SHN_LORESERVE
 from ..elf.addrtable import SECTION as ADDR_TABLE, encode_table
@@ -29,12 +31,13 @@ from ..elf.writer import NewSection, Reloc, rewrite_object
 from ..errors import ObjbtfError, shown
 from ..features import Features
 from ..btf.function_rules import (
-    FACT_INCONSISTENT, FACT_UNCERTAIN_LOC, FACT_UNEXPECTED_REG, FACT_WEAK, function_keys,
+    FACT_INCONSISTENT, FACT_OPTIMIZED_CLONE, FACT_REORDERED, FACT_UNCERTAIN_LOC,
+    FACT_UNEXPECTED_REG, FACT_WEAK, STT_FUNC, function_key, function_keys, is_optimized_clone,
     prototype,
 )
 
 BTF_SECTION = '.BTF'
-STT_OBJECT, STT_FUNC, STT_SECTION = 1, 2, 3
+STT_OBJECT, STT_SECTION = 1, 3
 PERCPU_SECTION = '.data..percpu'
 #: Variable names pahole never encodes: compiler and macro helpers.
 SKIPPED_VAR_PREFIXES = ('__UNIQUE_ID', '__tpstrtab_', '__exitcall_')
@@ -223,6 +226,10 @@ def debug_sections(elf: ElfFile) -> DebugSections:
                          loclists=data('.debug_loclists'))
 
 
+#: s390x passes no struct in two registers (dwarf_loader.c's arch__agg_use_two_regs).
+_ONE_REGISTER_AGGREGATES = frozenset({22})
+
+
 class _Functions:
     """pahole 1.31's choice of functions in one object, and the facts the
     link needs about them (``objbtf/btf/function_rules.py``).
@@ -231,13 +238,24 @@ class _Functions:
     first) of each name that is the key of a function symbol of the object
     (or that is external, when the object has no function symbols), whose
     parameters all have names.  Every such definition adds its facts: its
-    parameters' registers, and whether its prototype is the first one's.
+    parameters' registers and order, whether its prototype is the first
+    one's, and, for the definition whose code is a ``.constprop`` or
+    ``.isra`` clone's (its DW_AT_low_pc is the clone symbol's value), whether
+    a parameter was optimized out.
     """
 
     def __init__(self, elf: ElfFile, symbols: list[Symbol], loclists: bytes):
         self.keys, self.weak = function_keys(symbols)
+        #: key -> where its optimized clones start, in their sections
+        self.clones: dict[str, set[int]] = {}
+        for sym in symbols:
+            if sym.type == STT_FUNC and sym.shndx and is_optimized_clone(sym.name):
+                key = function_key(sym.name)
+                if key is not None:
+                    self.clones.setdefault(key, set()).add(sym.value)
         self.registers = REGISTER_PARAMS.get(elf.machine, ())
         self.nr_registers = NR_REGISTER_PARAMS.get(elf.machine, 0)
+        self.two_register_aggregates = elf.machine not in _ONE_REGISTER_AGGREGATES
         self.locations = Locations(loclists, lambda: _section(elf, '.debug_loc', True),
                                    elf.byteorder)
         self.first: dict[str, tuple[str, ...]] = {}       # name -> its FUNC's prototype
@@ -261,6 +279,10 @@ class _Functions:
                 continue
             shape = prototype(loader.btf, loader.proto(die))
             facts = self._parameter_facts(loader, cu, die)
+            clones = self.clones.get(name)
+            if clones is not None and die.attrs.get(C.AT_low_pc) in clones \
+                    and self._optimized_out(loader, cu, die):
+                facts |= FACT_OPTIMIZED_CLONE
             first = self.first.get(name)
             if first is None:
                 self.first[name] = shape
@@ -271,10 +293,17 @@ class _Functions:
             self.facts[name] = self.facts.get(name, 0) | facts
 
     def _parameter_facts(self, loader: CuLoader, cu, die: Die) -> int:
-        """pahole's unexpected_reg and uncertain_parm_loc for one definition."""
+        """pahole's unexpected_reg, uncertain_parm_loc and reordered_parm for
+        one definition."""
         regs = self.registers
-        unexpected = has_struct = uncertain = False
+        unexpected = has_struct = uncertain = reordered = False
         params = [c for c in die.children if c.tag == C.TAG_formal_parameter]
+        origin = loader.dies.get(die.attrs.get(C.AT_abstract_origin) or 0)
+        if origin is not None:
+            origin_index = {c.offset: i for i, c in enumerate(
+                [c for c in origin.children if c.tag == C.TAG_formal_parameter])}
+            reordered = any(origin_index.get(c.attrs.get(C.AT_abstract_origin) or 0, i) != i
+                            for i, c in enumerate(params) if C.AT_type not in c.attrs)
         for idx, c in enumerate(params):
             type_off = loader.origin_attr(c, C.AT_type)
             if _is_struct(loader, type_off):
@@ -294,7 +323,36 @@ class _Functions:
             elif self.nr_registers and len(params) >= self.nr_registers:
                 uncertain = uncertain or _is_packed_struct(loader, type_off, cu.address_size)
         return ((FACT_UNEXPECTED_REG if unexpected and not has_struct else 0)
-                | (FACT_UNCERTAIN_LOC if uncertain else 0))
+                | (FACT_UNCERTAIN_LOC if uncertain else 0) | (FACT_REORDERED if reordered else 0))
+
+    def _optimized_out(self, loader: CuLoader, cu, die: Die) -> bool:
+        """Whether a parameter of a GCC definition was optimized out, as the
+        newest pahole decides it (optimized_parms, from dwarf_loader.c's
+        function__analyze_parameter_locations without true signatures): it
+        has no location, or a constant value instead, or it should arrive
+        in a register and its location names none.  A parameter wider than
+        a register (a struct, __int128) takes two register places when it
+        fits in two, but on s390x, and is described in pieces."""
+        place = 0
+        word = cu.address_size
+        for c in die.children:
+            if c.tag != C.TAG_formal_parameter:
+                continue
+            loc = c.attrs.get(C.AT_location)
+            if loc is None:
+                return True
+            size = loader.type_size(loader.origin_attr(c, C.AT_type))
+            aggregate = self.two_register_aggregates and size > word
+            if place < self.nr_registers:
+                exprs = self.locations.expressions(loc, cu.version, cu.address_size)
+                try:
+                    if location_register(exprs, aggregate) < 0:
+                        return True
+                except (IndexError, struct.error):
+                    raise EncodeError(f'the location of a parameter of the function at '
+                                      f'0x{die.offset:x} of .debug_info is truncated') from None
+            place += 2 if aggregate and size <= 2 * word else 1
+        return False
 
 
 def _is_struct(loader: CuLoader, type_off: int | None) -> bool:
