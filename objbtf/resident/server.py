@@ -41,8 +41,10 @@ import time
 from .. import implementation
 from ..cli.options import Parsed, parse_fast
 from ..source_digest import source_digest
-from .protocol import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK,
-                       REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, ROOT, code_digest, runtime_dir)
+from .confinement import Confinement, boottime
+from .protocol import (MAX_MESSAGE, PROTOCOL, REPLY_CONFINED, REPLY_EXIT, REPLY_FALLBACK,
+                       REPLY_OK, REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, REQUEST_TOO_BIG, ROOT,
+                       code_digest, runtime_dir)
 
 IDLE_DEFAULT = 30.0
 #: A worker exits after this many commands, or once it grew this large.
@@ -59,6 +61,11 @@ class Server:
         self.code = code
         self.started = time.time()
         self.requests = 0
+        #: Commands left to their clients: not confined as this server is;
+        #: larger than the socket takes.
+        self.confined = 0
+        self.too_big = 0
+        self.confinement = Confinement()
         self.children: set[int] = set()
         #: Workers by pid: the server's end of each one's channel; the idle ones.
         self.workers: dict[int, socket.socket] = {}
@@ -78,7 +85,7 @@ class Server:
     def status(self) -> dict:
         return {'pid': os.getpid(), 'socket': self.path, 'code': self.code, 'root': ROOT,
                 'modules': implementation().split()[0],    # compiled or pure
-                'requests': self.requests,
+                'requests': self.requests, 'confined': self.confined, 'too_big': self.too_big,
                 'running': len(self.children) + self._busy_workers(),
                 'workers': len(self.workers),
                 'uptime': round(time.time() - self.started, 1), 'idle_exit': self.idle}
@@ -101,8 +108,9 @@ class Server:
                 conn, _ = self.listener.accept()
             except OSError:
                 continue
+            accepted = boottime()
             self.last_active = time.monotonic()
-            stopper = self._take(conn)
+            stopper = self._take(conn, accepted)
             if stopper is not None:
                 return stopper
         return None
@@ -111,16 +119,22 @@ class Server:
         """SIGTERM: stop as on ``objbtf server stop`` (the log line included)."""
         self.terminated = True
 
-    def _take(self, conn: socket.socket) -> socket.socket | None:
-        """Fork a child for a command; answer status; return a stop request."""
-        _, uid, gid = _peer(conn)
+    def _take(self, conn: socket.socket, accepted: float) -> socket.socket | None:
+        """Fork a child for a command (unless its client is not confined as
+        this server is: it then runs it itself); answer status; return a stop
+        request.  ``accepted``: when ``conn`` was accepted (``boottime``)."""
+        pid, uid, gid = _peer(conn)
         try:
             conn.settimeout(5.0)        # clients send right after connecting
             kind = conn.recv(1, socket.MSG_PEEK) if uid == os.geteuid() and gid == os.getegid() else b''
             conn.settimeout(None)
         except OSError:
             kind = b''
-        if kind == REQUEST_RUN:
+        if kind == REQUEST_RUN and (differs := self.confinement.differs(conn, pid, accepted)):
+            self.confined += 1
+            conn.recv(MAX_MESSAGE)      # closed unread, the client would see a reset
+            _send(conn, REPLY_CONFINED + differs.encode())
+        elif kind == REQUEST_RUN:
             if self._to_worker(conn):
                 self.requests += 1
             else:
@@ -141,6 +155,9 @@ class Server:
         elif kind == REQUEST_STOP:
             conn.recv(MAX_MESSAGE)
             return conn
+        elif kind == REQUEST_TOO_BIG:
+            conn.recv(MAX_MESSAGE)
+            self.too_big += 1
         conn.close()
         return None
 
