@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
+import sys
 import socket
 import time
 import uuid
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, need
+from objbtf.resident import confinement as confinement_module
 from objbtf.resident.confinement import Confinement, boottime
 from test_resident import NATIVE, Tree, objects, populate, runtime  # noqa: F401  (fixtures)
 
@@ -149,12 +152,15 @@ def test_an_environment_over_the_sockets_limit_is_said_and_counted(tmp_path, run
     tree.stop()
 
 
-def test_a_peer_confined_as_this_process_is_the_same_and_a_gone_one_differs():
+def test_a_peer_confined_as_this_process_is_the_same_and_a_gone_one_differs(monkeypatch):
     """The check itself: this process against itself; a pid whose process
     is gone (or started after the connection) is never trusted."""
     confinement = Confinement()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours, theirs:
+        assert confinement.differs(ours, os.getpid(), boottime()) is None
+        # Without SO_PEERPIDFD (before Linux 6.5): pidfd_open and the start time.
+        monkeypatch.setattr(confinement_module, 'SO_PEERPIDFD', -1)
         assert confinement.differs(ours, os.getpid(), boottime()) is None
         assert confinement.differs(ours, os.getpid(), boottime() - 3600) == 'the process'
     pid = os.fork()
@@ -164,3 +170,31 @@ def test_a_peer_confined_as_this_process_is_the_same_and_a_gone_one_differs():
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours, theirs:
         assert confinement.differs(ours, pid, boottime()) == 'the process'
+
+
+def test_a_worker_is_never_idle_after_its_last_command():
+    """After WORKER_REQUESTS commands a worker exits without saying it is
+    idle: said, the server would hand it one more command, lost."""
+    code = """if True:
+        import os, socket
+        from objbtf.resident import server
+        server.WORKER_REQUESTS = 2
+        server._adopt = lambda conn: None
+        server._release = lambda: None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if os.fork() == 0:
+            ours.close()
+            server._worker(theirs)
+            os._exit(0)
+        theirs.close()
+        said = []
+        for _ in range(2):
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            socket.send_fds(ours, [b'c'], [a.fileno()])
+            ours.send(server.VERDICT_SERVE)
+            said.append(ours.recv(1))
+        print(said)
+    """
+    ran = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         env={**os.environ, 'PYTHONPATH': str(ROOT)}, timeout=60)
+    assert ran.stdout == "[b'i', b'']\n", ran.stderr

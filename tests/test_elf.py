@@ -781,7 +781,7 @@ def test_failed_rewrite_leaves_file_untouched(build, tmp_path, monkeypatch):
     with pytest.raises(ElfError, match='section name table'):
         rewrite_object(str(path), elf, [NewSection('.shstrtab', b'')])
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **dir_fds):
         raise OSError('disk full')
     monkeypatch.setattr(os, 'replace', failing_replace)
     with pytest.raises(OSError, match='disk full'):

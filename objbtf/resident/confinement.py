@@ -91,18 +91,20 @@ class Confinement:
         finally:
             os.close(directory)
 
-    def _of(self, directory: int) -> tuple:
-        """In ``PARTS``' order; None for what cannot be read."""
+    def _of(self, directory: int, label: bool = True) -> tuple:
+        """In ``PARTS``' order; None for what cannot be read (the LSM label
+        also without ``label``: when this process has none to read, no
+        process has, and the read would cost a sixth of the check)."""
         return (_status(_read('status', directory)), _read('limits', directory),
                 _read('cgroup', directory), _namespaces(directory, self.namespaces),
-                _root(directory), _read('attr/current', directory))
+                _root(directory), _read('attr/current', directory) if label else None)
 
     def differs(self, conn: socket.socket, pid: int, accepted: float) -> str | None:
         """What of the peer of ``conn`` (``pid`` from SO_PEERCRED, its
         connection accepted at CLOCK_BOOTTIME ``accepted``) differs from this
         process's confinement, as ``PARTS`` names it; None if nothing does.
         A peer that cannot be pinned or read differs ('the process')."""
-        pidfd = _pidfd(conn, pid)
+        pidfd, pinned = _pidfd(conn, pid)
         if pidfd is None:
             return 'the process'
         try:
@@ -113,9 +115,10 @@ class Confinement:
             try:
                 # Alive now: /proc/PID is the pidfd's process (a pid is
                 # reused only once its process was reaped).
-                if select.select([pidfd], [], [], 0)[0] or not _started_before(directory, accepted):
+                if select.select([pidfd], [], [], 0)[0] or not (
+                        pinned or _started_before(directory, accepted)):
                     return 'the process'
-                theirs = self._of(directory)
+                theirs = self._of(directory, label=self.own[-1] is not None)
             finally:
                 os.close(directory)
         finally:
@@ -126,15 +129,18 @@ class Confinement:
         return None
 
 
-def _pidfd(conn: socket.socket, pid: int) -> int | None:
+def _pidfd(conn: socket.socket, pid: int) -> tuple[int | None, bool]:
+    """A pidfd of the peer, and whether it is the very process that
+    connected (SO_PEERPIDFD) rather than whichever has ``pid`` now."""
     try:
-        return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4), sys.byteorder)
+        return int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4),
+                              sys.byteorder), True
     except OSError:
         pass
     try:
-        return os.pidfd_open(pid) if pid > 0 else None
+        return (os.pidfd_open(pid) if pid > 0 else None), False
     except OSError:
-        return None
+        return None, False
 
 
 #: Clock ticks, as /proc/PID/stat counts a process's start.

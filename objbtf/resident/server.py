@@ -47,6 +47,11 @@ from .protocol import (MAX_MESSAGE, PROTOCOL, REPLY_CONFINED, REPLY_EXIT, REPLY_
                        code_digest, runtime_dir)
 
 IDLE_DEFAULT = 30.0
+#: The server's word to a worker on the client it just handed over, once it
+#: compared their confinements (meanwhile the worker read the request):
+#: serve it, or leave it to the client (then what differs).
+VERDICT_SERVE = b'+'
+VERDICT_CONFINED = b'-'
 #: A worker exits after this many commands, or once it grew this large.
 WORKER_REQUESTS = 500
 WORKER_MAX_RSS_KB = 512 * 1024
@@ -130,13 +135,19 @@ class Server:
             conn.settimeout(None)
         except OSError:
             kind = b''
-        if kind == REQUEST_RUN and (differs := self.confinement.differs(conn, pid, accepted)):
-            self.confined += 1
-            conn.recv(MAX_MESSAGE)      # closed unread, the client would see a reset
-            _send(conn, REPLY_CONFINED + differs.encode())
-        elif kind == REQUEST_RUN:
-            if self._to_worker(conn):
-                self.requests += 1
+        if kind == REQUEST_RUN:
+            worker = self._to_worker(conn)
+            if worker is not None:
+                # The worker reads the request meanwhile, and waits for this.
+                differs = self.confinement.differs(conn, pid, accepted)
+                try:
+                    self.workers[worker].send(VERDICT_CONFINED + differs.encode() if differs
+                                              else VERDICT_SERVE)
+                except OSError:         # it exited: reaped later
+                    pass
+            elif differs := self.confinement.differs(conn, pid, accepted):
+                conn.recv(MAX_MESSAGE)  # closed unread, the client would see a reset
+                _send(conn, REPLY_CONFINED + differs.encode())
             else:
                 try:
                     child = os.fork()
@@ -146,8 +157,11 @@ class Server:
                 if child == 0:
                     self._forget()
                     _child(conn)        # never returns
-                self.requests += 1
                 self.children.add(child)
+            if differs:
+                self.confined += 1
+            else:
+                self.requests += 1
         elif kind == REQUEST_STATUS:
             conn.recv(MAX_MESSAGE)
             self._reap()
@@ -164,19 +178,20 @@ class Server:
     def _busy_workers(self) -> int:
         return len(self.workers) - len(self.idle_workers)
 
-    def _to_worker(self, conn: socket.socket) -> bool:
+    def _to_worker(self, conn: socket.socket) -> int | None:
         """Hand ``conn`` to an idle worker, or to a new one if there is room;
-        False when every worker is busy (or none could start)."""
+        its pid, or None when every worker is busy (or none could start).
+        The worker then waits for the verdict on the client's confinement."""
         while self.idle_workers or len(self.workers) < self.max_workers:
             pid = self.idle_workers.pop() if self.idle_workers else self._start_worker()
             if pid is None:
-                return False
+                return None
             try:
                 socket.send_fds(self.workers[pid], [b'c'], [conn.fileno()])
-                return True
+                return pid
             except OSError:             # it exited (its end closed): reaped later
                 self.workers.pop(pid).close()
-        return False
+        return None
 
     def _start_worker(self) -> int | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -376,12 +391,16 @@ def _worker(channel: socket.socket) -> None:
     away mid-command: ClientGone).  Its caller then ends the process."""
     _command_signals()
     nice = os.getpriority(os.PRIO_PROCESS, 0)
-    for _ in range(WORKER_REQUESTS):
+    for served in range(1, WORKER_REQUESTS + 1):
         _, fds, _, _ = socket.recv_fds(channel, 1, 1)
         if not fds:
             return                      # the server closed the channel
         conn = socket.socket(fileno=fds[0])
         request = _adopt(conn)
+        verdict = channel.recv(MAX_MESSAGE)
+        if verdict != VERDICT_SERVE:    # or the server is gone
+            _send(conn, REPLY_CONFINED + (verdict[len(VERDICT_CONFINED):] or b'the process'))
+            request = None
         parsed = _parse(conn, request) if request is not None else None
         if parsed is not None:
             if not _in_worker(parsed) or os.getpriority(os.PRIO_PROCESS, 0) != nice:
@@ -390,9 +409,9 @@ def _worker(channel: socket.socket) -> None:
                 _serve(conn, parsed)
         conn.close()
         _release()
-        if (os.getpriority(os.PRIO_PROCESS, 0) != nice
+        if (served == WORKER_REQUESTS or os.getpriority(os.PRIO_PROCESS, 0) != nice
                 or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > WORKER_MAX_RSS_KB):
-            return
+            return                      # never idle first: it would be handed one more
         channel.send(b'i')
 
 
