@@ -198,3 +198,27 @@ def test_a_worker_is_never_idle_after_its_last_command():
     ran = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          env={**os.environ, 'PYTHONPATH': str(ROOT)}, timeout=60)
     assert ran.stdout == "[b'i', b'']\n", ran.stderr
+
+
+def test_without_proc_both_clients_run_the_command(tmp_path, runtime, objects):
+    """In a mount namespace without /proc (as a chroot or a minimal
+    container may be): the C client finds its installation by the path it
+    was run by, no server starts (it could not check its clients), and the
+    command runs in process, writing without /proc, the bytes it writes
+    with it."""
+    if os.geteuid() != 0:
+        pytest.skip('unmounting /proc in a new mount namespace needs root')
+    program = ROOT / 'objbtf' / 'resident' / NATIVE
+    if not os.access(program, os.X_OK):
+        pytest.fail('objbtf-client is not built (python -m objbtf.resident.native_client)')
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    [name] = populate(local.path, objects[:1], 1)
+    assert local.run('encode', name).returncode == 0
+    for client in ([str(program)], [sys.executable, '-m', 'objbtf']):
+        tree = Tree(tmp_path / client[-1].rsplit('/', 1)[-1], runtime)
+        populate(tree.path, objects[:1], 1)
+        r = tree.native([need('unshare'), '-m', 'sh', '-c', 'umount -l /proc && exec "$@"', 'sh',
+                         *client], 'encode', name)
+        assert (r.returncode, r.stderr) == (0, ''), client
+        assert (tree.path / name).read_bytes() == (local.path / name).read_bytes(), client
+        assert sorted(p.name for p in (tree.path / name).parent.iterdir()) == [Path(name).name]

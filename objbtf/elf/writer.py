@@ -164,6 +164,12 @@ def _check_rewritable(path: str, elf: ElfFile) -> None:
         raise ElfError('a relocatable object with program headers is not supported')
     if not elf.sections:
         raise ElfError('the object has no section headers')
+    _check_unchanged(path, elf)
+
+
+def _check_unchanged(path: str, elf: ElfFile) -> None:
+    """FileChanged if ``path`` is no longer the file ``elf`` was read from
+    as it was then (another writer's new file, or the same one rewritten)."""
     st = os.stat(path)
     if st.st_size != len(elf.data) or elf.identity not in (None, file_identity(st)):
         raise FileChanged('the file changed since it was read')
@@ -620,6 +626,7 @@ def replace_in_place(path: str, elf: ElfFile, name: str, data: bytes) -> None:
     shrinks and the rest of the old contents is zeroed.  The link step uses
     this to put the final BTF where the per-object BTF was.
     """
+    _check_unchanged(path, elf)
     sec = elf.section_by_name(name)
     if sec is None:
         raise ElfError(f'no {name} section to replace')

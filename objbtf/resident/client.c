@@ -352,12 +352,16 @@ int main(int argc, char **argv)
 
 	args = argv + 1;
 	nargs = argc - 1;
+	/* Without /proc (a chroot, a minimal container): the path it was run by. */
+	if (exe <= 0 && strchr(argv[0], '/') && realpath(argv[0], root))
+		exe = strlen(root);
 	/* ROOT/objbtf/resident/objbtf-client */
 	for (int cut = 0; exe > 0 && cut < 3; cut++)
 		while (exe > 0 && root[--exe] != '/')
 			;
 	if (exe <= 0) {
-		fprintf(stderr, "objbtf: cannot tell where objbtf-client is installed\n");
+		fprintf(stderr, "objbtf: cannot tell where objbtf-client is installed: no "
+			"/proc/self/exe, and it was not run by its path\n");
 		return 127;
 	}
 	root[exe] = 0;
