@@ -104,14 +104,20 @@ def test_the_key_covers_what_the_output_depends_on(tmp_path, compiled, change, m
     assert len(entries(tmp_path / 'cache')) == 2
 
 
-def test_a_damaged_entry_is_a_miss_and_is_written_anew(tmp_path, compiled, monkeypatch):
-    obj = compiled[0]
+def kept_once(monkeypatch, tmp_path: Path, obj: Path) -> tuple[EncodeCache, bytes, Path, bytes]:
+    """A cache in tmp_path/cache that kept ``obj``'s encode: the cache, what
+    an encode writes, the entry and its bytes."""
     expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
     cache = EncodeCache(str(tmp_path / 'cache'))
     monkeypatch.chdir(tmp_path)
     encode_path(fresh(obj, tmp_path), Features(), cache)
     [entry] = entries(tmp_path / 'cache')
-    good = entry.read_bytes()
+    return cache, expected, entry, entry.read_bytes()
+
+
+def test_a_damaged_entry_is_a_miss_and_is_written_anew(tmp_path, compiled, monkeypatch):
+    obj = compiled[0]
+    cache, expected, entry, good = kept_once(monkeypatch, tmp_path, obj)
     for damaged in (good[:-1] + bytes([good[-1] ^ 1]), good[:len(good) // 2], b''):
         entry.write_bytes(damaged)
         encode_path(fresh(obj, tmp_path), Features(), cache)
@@ -273,12 +279,7 @@ def test_links_and_planted_entries_in_the_cache_are_not_trusted(tmp_path, compil
     through nor read; an entry written with another cache's secret, or
     copied under another key, is a miss."""
     obj = compiled[0]
-    expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
-    cache = EncodeCache(str(tmp_path / 'cache'))
-    monkeypatch.chdir(tmp_path)
-    encode_path(fresh(obj, tmp_path), Features(), cache)
-    [entry] = entries(tmp_path / 'cache')
-    good = entry.read_bytes()
+    cache, expected, entry, good = kept_once(monkeypatch, tmp_path, obj)
     victim = tmp_path / 'victim'
     victim.write_bytes(good)
     entry.unlink()
@@ -306,12 +307,8 @@ def test_the_entry_reader_never_raises(tmp_path, compiled, monkeypatch):
     an exception."""
     import random
     rng = random.Random(45)
-    cache = EncodeCache(str(tmp_path / 'cache'))
-    monkeypatch.chdir(tmp_path)
-    encode_path(fresh(compiled[0], tmp_path), Features(), cache)
-    [entry] = entries(tmp_path / 'cache')
+    _, _, entry, good = kept_once(monkeypatch, tmp_path, compiled[0])
     key = entry.parent.name + entry.name
-    good = entry.read_bytes()
     secret = (tmp_path / 'cache' / encode_cache.SECRET).read_bytes()
     start = len(encode_cache.MAGIC) + encode_cache._CHECK_LEN
     resigned = 0

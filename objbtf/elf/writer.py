@@ -423,10 +423,9 @@ def _temp_name(base: str, attempt: int) -> str:
     return f'{TEMP_PREFIX}{base}.{os.getpid()}.{attempt}{TEMP_SUFFIX}'
 
 
-def remove_stale_temporaries(directory: str | int) -> None:
-    """Remove the temporary files that killed objbtf processes left in
-    ``directory`` (a path or a descriptor): those whose writer's pid no
-    longer runs.  A process does it at its first write there (``_cleaned``).
+def remove_stale_temporaries(dir_fd: int) -> None:
+    """Remove the temporary files that killed objbtf processes left in the
+    directory ``dir_fd``: those whose writer's pid no longer runs.  A process does it at its first write there (``_cleaned``).
     A name whose pid field is not a pid is left alone.
 
     Writing goes to an unnamed O_TMPFILE file, which a killed process
@@ -435,21 +434,17 @@ def remove_stale_temporaries(directory: str | int) -> None:
     the whole write).
     """
     try:
-        entries = [e.name for e in os.scandir(directory or '.')
+        entries = [e.name for e in os.scandir(dir_fd)
                    if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)]
     except OSError:
         return
-    dir_fd = directory if isinstance(directory, int) else None
     for name in entries:
         parts = name[:-len(TEMP_SUFFIX)].rsplit('.', 2)
         if (len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit())
                 or not 0 < int(parts[1]) < PID_MAX or _alive(int(parts[1]))):
             continue
         try:
-            if dir_fd is None:
-                os.unlink(os.path.join(directory, name))
-            else:
-                os.unlink(name, dir_fd=dir_fd)
+            os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
 
