@@ -73,8 +73,9 @@ class CacheConfigError(ObjbtfError):
     """OBJBTF_CACHE_SIZE is not a size; str() says so."""
 
 
-class Untrusted(Exception):
-    """A cache directory (or secret) this user may not trust; str() says why."""
+class Untrusted(ObjbtfError):
+    """A cache directory (or secret) this user may not trust; str() says why.
+    Never raised to the caller: the cache is then off, ``problem`` says so."""
 
 
 class CacheStats(NamedTuple):
