@@ -888,3 +888,19 @@ def test_writes_need_no_proc(tmp_path, monkeypatch):
     writer.write_atomically(str(tmp_path / 'x.o'), [b'new'])
     assert (tmp_path / 'x.o').read_bytes() == b'new'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['x.o']
+
+
+@pytest.mark.parametrize('fsync', ['1', '0'])
+def test_a_durable_write_syncs_the_file_then_its_directory(tmp_path, monkeypatch, fsync):
+    """OBJBTF_FSYNC=1: the new file's data before the rename, the directory
+    after it; by default neither (a kernel build's objects can be written again)."""
+    from objbtf.elf import writer
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, 'fsync', lambda fd: (synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)),
+                                                 real(fd))[1])
+    monkeypatch.setenv('OBJBTF_FSYNC', fsync)
+    (tmp_path / 'x.o').write_bytes(b'old')
+    writer.write_atomically(str(tmp_path / 'x.o'), [b'new'])
+    assert (tmp_path / 'x.o').read_bytes() == b'new'
+    assert synced == ([False, True] if fsync == '1' else [])

@@ -415,6 +415,14 @@ TEMP_PREFIX, TEMP_SUFFIX = '.objbtf-', '.tmp'
 PID_MAX = 1 << 22
 #: Where a descriptor of this process has a name that linkat(2) follows.
 PROC_FD = '/proc/self/fd'
+#: OBJBTF_FSYNC=1 (any value but 0): each atomic write reaches the disk
+#: before its rename, and the rename after it (fsync of the file, then of
+#: its directory), so that a power loss leaves the old file or the new one
+#: on any file system.  Off by default: a kernel build writes thousands of
+#: objects it can write again, and an fsync each would cost more than their
+#: encode on a disk (and ext4's default, auto_da_alloc, already starts
+#: writing a file renamed over another before the rename commits).
+FSYNC_VARIABLE = 'OBJBTF_FSYNC'
 
 
 def _temp_name(base: str, attempt: int) -> str:
@@ -554,6 +562,7 @@ def write_atomically_at(dir_fd: int, name: str, chunks: list[bytes | memoryview]
     except FileNotFoundError:
         st = None
     mode = stat.S_IMODE(st.st_mode) if st and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+    durable = os.environ.get(FSYNC_VARIABLE, '0') not in ('', '0')
     fd, tmp = _open_temporary(dir_fd, name)
     try:
         with os.fdopen(fd, 'wb') as f:
@@ -561,9 +570,13 @@ def write_atomically_at(dir_fd: int, name: str, chunks: list[bytes | memoryview]
                 f.write(chunk)
             f.flush()
             os.fchmod(f.fileno(), mode)
+            if durable:
+                os.fsync(f.fileno())
             if tmp is None:
                 tmp = _name_temporary(f.fileno(), dir_fd, name)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if durable:
+            os.fsync(dir_fd)
     except BaseException:
         if tmp is not None:
             try:
