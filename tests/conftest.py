@@ -97,9 +97,10 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 
 def cache_entries(cache: Path) -> list[Path]:
     """The entries of the encode cache in ``cache``: every file but its
-    counters (``encode_cache.STATS``)."""
-    from objbtf.encode.cache import STATS
-    return sorted(p for p in cache.rglob('*') if p.is_file() and p.parent.name != STATS)
+    counters (``encode_cache.STATS``) and its secret (``encode_cache.SECRET``)."""
+    from objbtf.encode.cache import SECRET, STATS
+    return sorted(p for p in cache.rglob('*') if p.is_file() and p.parent.name != STATS
+                  and p != cache / SECRET)
 
 
 def cache_counts(cache: Path) -> tuple[int, int]:

@@ -163,3 +163,18 @@ def first_form(abbrev: bytes) -> int:
     _, pos = reader.read_uleb(abbrev, pos + 1)  # after the children flag, the attribute
     assert abbrev[pos] < 0x80
     return pos
+
+
+def test_a_location_list_offset_that_wraps_is_left_to_python(c_decoder, tmp_path):
+    """A hostile .debug_loclists (64-bit DWARF) whose first offset entry is
+    2**64 - 1: DW_FORM_loclistx's value, the table's base plus that offset,
+    is past 64 bits.  The Python decoder's ints hold it; the C decoder gives
+    up rather than wrap it around."""
+    obj = compile_c('clang', C_FIXTURES / 'kinds.c', tmp_path / 'l.o', '-gdwarf-5', '-gdwarf64',
+                    '-O2')
+    secs = sections_of(obj)
+    base = 20                       # the offset entries, past the 64-bit header
+    assert secs.loclists[:4] == b'\xff' * 4 and len(secs.loclists) > base + 8
+    secs.loclists = secs.loclists[:base] + b'\xff' * 8 + secs.loclists[base + 8:]
+    assert c_units(c_decoder, secs) is None
+    assert outcome(reader.read_units, secs) == outcome(decode_units, secs)

@@ -781,7 +781,7 @@ def test_failed_rewrite_leaves_file_untouched(build, tmp_path, monkeypatch):
     with pytest.raises(ElfError, match='section name table'):
         rewrite_object(str(path), elf, [NewSection('.shstrtab', b'')])
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **dir_fds):
         raise OSError('disk full')
     monkeypatch.setattr(os, 'replace', failing_replace)
     with pytest.raises(OSError, match='disk full'):
@@ -849,3 +849,58 @@ def test_remove_sections(build, tmp_path):
     assert_old_sections_intact(original, stripped)
     assert not remove_sections(str(path), stripped, ['.BTF'])
     run('ld', '-r', '-o', tmp_path / 'partial.o', path)
+
+
+def test_replace_in_place_refuses_a_file_changed_since_it_was_read(build, tmp_path):
+    """As rewrite_object does: the linked file another writer replaced or
+    rewrote is not overwritten with what was read before."""
+    from objbtf.elf.errors import FileChanged
+    from objbtf.elf.writer import replace_in_place
+    path = fresh(build, tmp_path, 'gcc-dwarf5')
+    rewrite_object(str(path), ElfFile.open(str(path)), [NewSection('.BTF', BTF)])
+    elf = ElfFile.open(str(path))
+    with open(path, 'ab') as f:
+        f.write(b'x')
+    changed = path.read_bytes()
+    with pytest.raises(FileChanged, match='changed since it was read'):
+        replace_in_place(str(path), elf, '.BTF', b'')
+    assert path.read_bytes() == changed
+
+
+@pytest.mark.parametrize('pid', ['99999999999999999999999', '²³', '0', '-1'])
+def test_a_temporary_whose_pid_is_no_pid_is_left_alone(build, tmp_path, pid):
+    """Stale-temporary cleanup never fails a write on a name it did not write."""
+    from objbtf.elf import writer
+    odd = tmp_path / f'.objbtf-x.o.{pid}.0.tmp'
+    odd.write_bytes(b'')
+    writer._cleaned.discard(str(tmp_path))
+    writer.write_atomically(str(tmp_path / 'x.o'), [b'new'])
+    assert (tmp_path / 'x.o').read_bytes() == b'new' and odd.exists()
+
+
+def test_writes_need_no_proc(tmp_path, monkeypatch):
+    """Without /proc (a chroot, a minimal container) an atomic write uses a
+    named temporary instead of naming an O_TMPFILE file through /proc."""
+    from objbtf.elf import writer
+    monkeypatch.setattr(writer, 'PROC_FD', str(tmp_path / 'no-proc'))
+    monkeypatch.setattr(writer, '_proc_fd', None)
+    (tmp_path / 'x.o').write_bytes(b'old')
+    writer.write_atomically(str(tmp_path / 'x.o'), [b'new'])
+    assert (tmp_path / 'x.o').read_bytes() == b'new'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['x.o']
+
+
+@pytest.mark.parametrize('fsync', ['1', '0'])
+def test_a_durable_write_syncs_the_file_then_its_directory(tmp_path, monkeypatch, fsync):
+    """OBJBTF_FSYNC=1: the new file's data before the rename, the directory
+    after it; by default neither (a kernel build's objects can be written again)."""
+    from objbtf.elf import writer
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, 'fsync', lambda fd: (synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)),
+                                                 real(fd))[1])
+    monkeypatch.setenv('OBJBTF_FSYNC', fsync)
+    (tmp_path / 'x.o').write_bytes(b'old')
+    writer.write_atomically(str(tmp_path / 'x.o'), [b'new'])
+    assert (tmp_path / 'x.o').read_bytes() == b'new'
+    assert synced == ([False, True] if fsync == '1' else [])

@@ -104,14 +104,20 @@ def test_the_key_covers_what_the_output_depends_on(tmp_path, compiled, change, m
     assert len(entries(tmp_path / 'cache')) == 2
 
 
-def test_a_damaged_entry_is_a_miss_and_is_written_anew(tmp_path, compiled, monkeypatch):
-    obj = compiled[0]
+def kept_once(monkeypatch, tmp_path: Path, obj: Path) -> tuple[EncodeCache, bytes, Path, bytes]:
+    """A cache in tmp_path/cache that kept ``obj``'s encode: the cache, what
+    an encode writes, the entry and its bytes."""
     expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
     cache = EncodeCache(str(tmp_path / 'cache'))
     monkeypatch.chdir(tmp_path)
     encode_path(fresh(obj, tmp_path), Features(), cache)
     [entry] = entries(tmp_path / 'cache')
-    good = entry.read_bytes()
+    return cache, expected, entry, entry.read_bytes()
+
+
+def test_a_damaged_entry_is_a_miss_and_is_written_anew(tmp_path, compiled, monkeypatch):
+    obj = compiled[0]
+    cache, expected, entry, good = kept_once(monkeypatch, tmp_path, obj)
     for damaged in (good[:-1] + bytes([good[-1] ^ 1]), good[:len(good) // 2], b''):
         entry.write_bytes(damaged)
         encode_path(fresh(obj, tmp_path), Features(), cache)
@@ -171,7 +177,7 @@ def test_each_directory_keeps_its_share_least_recently_used_out_first(tmp_path):
     """A directory (one of 256) holds at most 1/256 of the size: a write
     past it removes the entries used longest ago, never the one written."""
     out = Written(b'x' * 1000, b'chunk', {}, None)
-    entry_size = len(encode_cache._encode(out))
+    entry_size = len(encode_cache._encode(out, 'ab' + '0' * 38, bytes(32)))
     cache = EncodeCache(str(tmp_path), max_size=256 * (3 * entry_size))   # 3 per directory
     keys = [f'ab{n:038d}' for n in range(5)]
     for n, key in enumerate(keys[:3]):
@@ -231,3 +237,101 @@ def test_cache_commands_name_what_is_missing(tmp_path):
     r = cli('cache', 'clear', cwd=tmp_path, OBJBTF_CACHE_DIR=str(tmp_path / 'none'))
     assert r.returncode == 1
     assert r.stderr == f'Error: {tmp_path}/none: no encode cache there (no such directory)\n'
+
+
+def test_a_cache_others_may_write_is_refused_unless_shared(tmp_path, compiled, monkeypatch):
+    """A cache directory its group may write: one line, nothing kept, the
+    object encoded; OBJBTF_CACHE_SHARED=1 says it is meant to be shared."""
+    obj = compiled[0]
+    expected = encoded_bytes(monkeypatch, obj, tmp_path / 'plain')
+    (tmp_path / 'cache').mkdir()
+    os.chmod(tmp_path / 'cache', 0o775)
+    name = fresh(obj, tmp_path / 'work')
+    r = cli('encode', name, cwd=tmp_path / 'work', OBJBTF_CACHE_DIR=str(tmp_path / 'cache'))
+    assert r.returncode == 0 and (tmp_path / 'work' / name).read_bytes() == expected
+    assert r.stderr == (f'objbtf: OBJBTF_CACHE_DIR: {tmp_path}/cache: its group or others may '
+                        'write to it (mode 775); set OBJBTF_CACHE_SHARED=1 if it is meant to be '
+                        'shared: encoded without keeping it\n')
+    assert list((tmp_path / 'cache').iterdir()) == []
+    name = fresh(obj, tmp_path / 'work')
+    r = cli('encode', name, cwd=tmp_path / 'work', OBJBTF_CACHE_DIR=str(tmp_path / 'cache'),
+            OBJBTF_CACHE_SHARED='1')
+    assert (r.returncode, r.stderr) == (0, '')
+    assert len(entries(tmp_path / 'cache')) == 1
+    assert (tmp_path / 'cache' / encode_cache.SECRET).stat().st_mode & 0o777 == 0o640
+
+
+def test_a_cache_of_another_user_is_refused(tmp_path, compiled):
+    if os.geteuid() != 0:
+        pytest.skip('giving a directory to another user needs root')
+    (tmp_path / 'cache').mkdir(mode=0o700)
+    os.chown(tmp_path / 'cache', 65534, 65534)
+    name = fresh(compiled[0], tmp_path / 'work')
+    r = cli('encode', name, cwd=tmp_path / 'work', OBJBTF_CACHE_DIR=str(tmp_path / 'cache'))
+    assert r.returncode == 0
+    assert r.stderr.startswith(f'objbtf: OBJBTF_CACHE_DIR: {tmp_path}/cache: owned by uid '
+                               '65534, not by this user; set OBJBTF_CACHE_SHARED=1')
+    assert list((tmp_path / 'cache').iterdir()) == []
+
+
+def test_links_and_planted_entries_in_the_cache_are_not_trusted(tmp_path, compiled, monkeypatch):
+    """A symbolic link where an entry goes is replaced, never written
+    through nor read; an entry written with another cache's secret, or
+    copied under another key, is a miss."""
+    obj = compiled[0]
+    cache, expected, entry, good = kept_once(monkeypatch, tmp_path, obj)
+    victim = tmp_path / 'victim'
+    victim.write_bytes(good)
+    entry.unlink()
+    entry.symlink_to(victim)
+    assert cache.get(entry.parent.name + entry.name) is None     # not read through
+    encode_path(fresh(obj, tmp_path), Features(), cache)
+    assert not entry.is_symlink() and victim.read_bytes() == good
+    assert (tmp_path / obj.name).read_bytes() == expected
+    key = entry.parent.name + entry.name
+    kept = cache.get(key)
+    assert kept is not None
+    planted = encode_cache._encode(kept, key, bytes(32))           # not this cache's secret
+    entry.write_bytes(planted)
+    assert cache.get(key) is None
+    other = 'ff' + '0' * 38                                         # a good entry, moved
+    (tmp_path / 'cache' / 'ff').mkdir()
+    (tmp_path / 'cache' / 'ff' / other[2:]).write_bytes(good)
+    assert cache.get(other) is None
+
+
+def test_the_entry_reader_never_raises(tmp_path, compiled, monkeypatch):
+    """Fuzz: random bytes, and mutations of a good entry (flipped, cut,
+    grown, spliced), as they are and with their digest made right again
+    (so that the payload's reading is reached): a miss or a Written, never
+    an exception."""
+    import random
+    rng = random.Random(45)
+    _, _, entry, good = kept_once(monkeypatch, tmp_path, compiled[0])
+    key = entry.parent.name + entry.name
+    secret = (tmp_path / 'cache' / encode_cache.SECRET).read_bytes()
+    start = len(encode_cache.MAGIC) + encode_cache._CHECK_LEN
+    resigned = 0
+    for case in range(3000):
+        data = bytearray(good)
+        kind = case % 5
+        if kind == 0:
+            data = bytearray(rng.randbytes(rng.randrange(200)))
+        elif kind == 1:
+            for _ in range(rng.randrange(1, 8)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        elif kind == 2:
+            del data[rng.randrange(start, len(data)):]
+        elif kind == 3:
+            at = rng.randrange(start, len(data))
+            data[at:at] = rng.randbytes(rng.randrange(1, 16))
+        else:
+            at = rng.randrange(start, len(data))
+            data[at:at + 8] = good[rng.randrange(start, len(good)):][:8]
+        if case % 2:
+            payload = bytes(data[start:])
+            data = bytearray(encode_cache.MAGIC + encode_cache._mac(secret, key, payload) + payload)
+            resigned += 1
+        result = encode_cache._decode(bytes(data), key, secret)
+        assert result is None or isinstance(result, Written), case
+    assert resigned == 1500

@@ -455,7 +455,9 @@ static int sort_by_key(struct src *s, uint32_t *ids, size_t n, PyObject *func_ke
 			break;
 		}
 		if (func_keys) {
-			key = PyDict_GetItemWithError(func_keys, name_at(s, word(s, ids[j], 0)));
+			PyObject *name = name_at(s, word(s, ids[j], 0));
+
+			key = name ? PyDict_GetItemWithError(func_keys, name) : NULL;
 		} else {
 			PyObject *placed = PyDict_GetItemWithError(vars_, id);
 

@@ -692,14 +692,25 @@ static int unit_bases(struct unit *u, const struct abbrev *ab, const struct raw 
 	return 0;
 }
 
+/* Where entry ``index`` of a table of offsets at ``base`` (a unit's
+ * DW_AT_*_base, any 64-bit value in hostile DWARF) is; -1 past what a
+ * section can hold, where base + index * size would wrap (reader.py's
+ * unbounded ints then raise). */
+static Py_ssize_t table_entry(uint64_t base, uint64_t index, int size)
+{
+	uint64_t max = (uint64_t)PY_SSIZE_T_MAX;
+
+	if (base > max || index > (max - base) / (uint64_t)size)
+		return -1;
+	return (Py_ssize_t)(base + index * (uint64_t)size);
+}
+
 /* The string at index ``index`` of the unit's .debug_str_offsets. */
 static PyObject *strx(struct unit *u, uint64_t index)
 {
 	uint64_t off;
 
-	if (index > (uint64_t)PY_SSIZE_T_MAX / 16)
-		return NULL;
-	if (read_uint(u->str_offsets, (Py_ssize_t)(u->str_offsets_base + index * u->off_size),
+	if (read_uint(u->str_offsets, table_entry(u->str_offsets_base, index, u->off_size),
 		      u->off_size, u->big, &off))
 		return NULL;
 	return strp(u->strings, u->str, off);
@@ -737,10 +748,8 @@ static PyObject *convert(struct unit *u, const struct spec *sp, const struct raw
 	case F_ADDRX3:
 		return PyLong_FromUnsignedLongLong(uint3(u, r));
 	case F_LOCLISTX:
-		if (r->u > (uint64_t)PY_SSIZE_T_MAX / 16)
-			return NULL;
-		if (read_uint(u->loclists, (Py_ssize_t)(u->loclists_base + r->u * u->off_size),
-			      u->off_size, u->big, &off))
+		if (read_uint(u->loclists, table_entry(u->loclists_base, r->u, u->off_size),
+			      u->off_size, u->big, &off) || off > UINT64_MAX - u->loclists_base)
 			return NULL;
 		return PyLong_FromUnsignedLongLong(u->loclists_base + off);
 	}

@@ -164,6 +164,12 @@ def _check_rewritable(path: str, elf: ElfFile) -> None:
         raise ElfError('a relocatable object with program headers is not supported')
     if not elf.sections:
         raise ElfError('the object has no section headers')
+    _check_unchanged(path, elf)
+
+
+def _check_unchanged(path: str, elf: ElfFile) -> None:
+    """FileChanged if ``path`` is no longer the file ``elf`` was read from
+    as it was then (another writer's new file, or the same one rewritten)."""
     st = os.stat(path)
     if st.st_size != len(elf.data) or elf.identity not in (None, file_identity(st)):
         raise FileChanged('the file changed since it was read')
@@ -404,34 +410,49 @@ def _packed(view: memoryview, kept: list[_Header], start: int) -> tuple[list[mem
 
 
 TEMP_PREFIX, TEMP_SUFFIX = '.objbtf-', '.tmp'
+#: The largest pid Linux hands out (PID_MAX_LIMIT): a temporary's pid field
+#: above it was not written by objbtf.
+PID_MAX = 1 << 22
+#: Where a descriptor of this process has a name that linkat(2) follows.
+PROC_FD = '/proc/self/fd'
+#: OBJBTF_FSYNC=1 (any value but 0): each atomic write reaches the disk
+#: before its rename, and the rename after it (fsync of the file, then of
+#: its directory), so that a power loss leaves the old file or the new one
+#: on any file system.  Off by default: a kernel build writes thousands of
+#: objects it can write again, and an fsync each would cost more than their
+#: encode on a disk (and ext4's default, auto_da_alloc, already starts
+#: writing a file renamed over another before the rename commits).
+FSYNC_VARIABLE = 'OBJBTF_FSYNC'
 
 
-def _temp_name(directory: str, base: str, attempt: int) -> str:
+def _temp_name(base: str, attempt: int) -> str:
     """``.objbtf-BASE.PID.N.tmp``: the pid tells a later run whether its
     writer is gone (see ``remove_stale_temporaries``)."""
-    return os.path.join(directory, f'{TEMP_PREFIX}{base}.{os.getpid()}.{attempt}{TEMP_SUFFIX}')
+    return f'{TEMP_PREFIX}{base}.{os.getpid()}.{attempt}{TEMP_SUFFIX}'
 
 
-def remove_stale_temporaries(directory: str) -> None:
-    """Remove the temporary files that killed objbtf processes left in
-    ``directory``: those whose writer's pid no longer runs.  A process does
-    it at its first write there (``_cleaned``).
+def remove_stale_temporaries(dir_fd: int) -> None:
+    """Remove the temporary files that killed objbtf processes left in the
+    directory ``dir_fd``: those whose writer's pid no longer runs.  A process does it at its first write there (``_cleaned``).
+    A name whose pid field is not a pid is left alone.
 
     Writing goes to an unnamed O_TMPFILE file, which a killed process
     cannot leave behind; it gets a name only for the instant before the
-    rename (and on file systems without O_TMPFILE, for the whole write).
+    rename (and on file systems without O_TMPFILE, or without /proc, for
+    the whole write).
     """
     try:
-        entries = [e.name for e in os.scandir(directory or '.')
+        entries = [e.name for e in os.scandir(dir_fd)
                    if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)]
     except OSError:
         return
     for name in entries:
         parts = name[:-len(TEMP_SUFFIX)].rsplit('.', 2)
-        if len(parts) != 3 or not parts[1].isdigit() or _alive(int(parts[1])):
+        if (len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit())
+                or not 0 < int(parts[1]) < PID_MAX or _alive(int(parts[1]))):
             continue
         try:
-            os.unlink(os.path.join(directory, name))
+            os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
 
@@ -446,37 +467,53 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _open_temporary(directory: str, base: str) -> tuple[int, str | None]:
-    """(fd, name): an unnamed file in ``directory`` (name None) where the
-    file system has O_TMPFILE, else a new file opened exclusively.
+def _open_temporary(dir_fd: int, base: str) -> tuple[int, str | None]:
+    """(fd, name): an unnamed file in the directory ``dir_fd`` (name None)
+    where the file system has O_TMPFILE and /proc is there to name it, else
+    a new file opened exclusively.
 
     Not the tempfile module: importing it (and random with it) costs 10 ms on
     a path that runs once per object of a kernel build.
     """
-    try:
-        return os.open(directory or '.', os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600), None
-    except OSError as err:
-        if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
-            raise
-    for attempt in range(100):
-        tmp = _temp_name(directory, base, attempt)
+    if _proc_fd_usable():
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+            return os.open('.', os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600,
+                           dir_fd=dir_fd), None
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    for attempt in range(100):
+        tmp = _temp_name(base, attempt)
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           0o600, dir_fd=dir_fd), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f'no free temporary name next to {base}')
 
 
-def _name_temporary(fd: int, directory: str, base: str) -> str:
-    """Give the unnamed file ``fd`` a temporary name, for the rename."""
+#: Whether PROC_FD is there (a chroot or a minimal container may have no
+#: /proc): asked once a process.
+_proc_fd: bool | None = None
+
+
+def _proc_fd_usable() -> bool:
+    global _proc_fd
+    if _proc_fd is None:
+        _proc_fd = os.path.isdir(PROC_FD)
+    return _proc_fd
+
+
+def _name_temporary(fd: int, dir_fd: int, base: str) -> str:
+    """Give the unnamed file ``fd`` a temporary name in ``dir_fd``, for the rename."""
     # linkat(AT_SYMLINK_FOLLOW) on /proc/self/fd/N, as open(2) documents;
     # os.link calls plain link(2) unless a directory fd is given.
-    fds = os.open('/proc/self/fd', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fds = os.open(PROC_FD, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for attempt in range(100):
-            tmp = _temp_name(directory, base, attempt)
+            tmp = _temp_name(base, attempt)
             try:
-                os.link(str(fd), tmp, src_dir_fd=fds, follow_symlinks=True)
+                os.link(str(fd), tmp, src_dir_fd=fds, dst_dir_fd=dir_fd, follow_symlinks=True)
                 return tmp
             except FileExistsError:
                 continue
@@ -491,9 +528,18 @@ def write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
     at any point leaves either the old file or the new one, and nothing
     that the next write in the directory does not remove.  An OSError
     names ``path``, whatever failed (the directory, the temporary file, a
-    write without a name: a full disk)."""
+    write without a name: a full disk).  A symbolic link ``path`` is
+    written through (its target is replaced)."""
     try:
-        _write_atomically(path, chunks)
+        directory, base = os.path.split(os.path.realpath(path))
+        dir_fd = os.open(directory or '.', os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            if directory not in _cleaned:
+                remove_stale_temporaries(dir_fd)
+                _cleaned.add(directory)
+            write_atomically_at(dir_fd, base, chunks)
+        finally:
+            os.close(dir_fd)
     except OSError as err:
         if err.filename == path:
             raise
@@ -507,27 +553,34 @@ def write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
 _cleaned: set[str] = set()
 
 
-def _write_atomically(path: str, chunks: list[bytes | memoryview]) -> None:
-    path = os.path.realpath(path)
-    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~_umask()
-    directory, base = os.path.split(path)
-    if directory not in _cleaned:
-        remove_stale_temporaries(directory)
-        _cleaned.add(directory)
-    fd, tmp = _open_temporary(directory, base)
+def write_atomically_at(dir_fd: int, name: str, chunks: list[bytes | memoryview]) -> None:
+    """``write_atomically`` of the file ``name`` in the directory ``dir_fd``,
+    never following a symbolic link: one planted at ``name`` is replaced,
+    not written through (the encode cache's entries).  Raises OSError."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    mode = stat.S_IMODE(st.st_mode) if st and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+    durable = os.environ.get(FSYNC_VARIABLE, '0') not in ('', '0')
+    fd, tmp = _open_temporary(dir_fd, name)
     try:
         with os.fdopen(fd, 'wb') as f:
             for chunk in chunks:
                 f.write(chunk)
             f.flush()
             os.fchmod(f.fileno(), mode)
+            if durable:
+                os.fsync(f.fileno())
             if tmp is None:
-                tmp = _name_temporary(f.fileno(), directory, base)
-        os.replace(tmp, path)
+                tmp = _name_temporary(f.fileno(), dir_fd, name)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if durable:
+            os.fsync(dir_fd)
     except BaseException:
         if tmp is not None:
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dir_fd)
             except FileNotFoundError:
                 pass
         raise
@@ -581,6 +634,7 @@ def replace_in_place(path: str, elf: ElfFile, name: str, data: bytes) -> None:
     shrinks and the rest of the old contents is zeroed.  The link step uses
     this to put the final BTF where the per-object BTF was.
     """
+    _check_unchanged(path, elf)
     sec = elf.section_by_name(name)
     if sec is None:
         raise ElfError(f'no {name} section to replace')

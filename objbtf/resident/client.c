@@ -13,8 +13,9 @@
  * being slower: a digest it computes differently finds no server.
  *
  * Built by native_client.py, which defines OBJBTF_PYTHON (the interpreter),
- * OBJBTF_PYTHON_VERSION (its sys.version), the protocol's constants
- * (protocol.py: OBJBTF_PROTOCOL, OBJBTF_MAX_MESSAGE, OBJBTF_REPLY_OK, ...) and
+ * OBJBTF_PYTHON_VERSION (its sys.version), the protocol's constants and
+ * messages (protocol.py: OBJBTF_PROTOCOL, OBJBTF_MAX_MESSAGE, OBJBTF_REPLY_OK,
+ * OBJBTF_VERBOSE, ...) and
  * OBJBTF_SERVED, the commands the server runs (objbtf/cli/dispatch_table.py).
  * ROOT is three directories above this program.
  */
@@ -288,7 +289,21 @@ static int request(struct message *m)
 	return put_int(m, 'i', nice);
 }
 
-/* Send the request with stdin, stdout, stderr and the working directory. */
+/* With OBJBTF_VERBOSE, say why the command runs in process (client._say). */
+static void say(const char *why, const char *what, int what_len)
+{
+	const char *verbose = getenv(OBJBTF_VERBOSE);
+
+	if (!verbose || !strcmp(verbose, "0"))
+		return;
+	fprintf(stderr, "objbtf: %s: run in this process, not by the resident server: %s", args[0], why);
+	if (what)
+		fprintf(stderr, " (%.*s)", what_len, what);
+	fputc('\n', stderr);
+}
+
+/* Send the request with stdin, stdout, stderr and the working directory;
+ * -1 with errno set if it was not sent. */
 static int send_request(int sock, struct message *m)
 {
 	int fds[4] = {0, 1, 2, open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)};
@@ -309,7 +324,9 @@ static int send_request(int sock, struct message *m)
 	cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
 	memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
 	sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	int error = errno;
 	close(fds[3]);
+	errno = error;
 	return sent == (ssize_t)m->len ? 0 : -1;
 }
 
@@ -335,12 +352,16 @@ int main(int argc, char **argv)
 
 	args = argv + 1;
 	nargs = argc - 1;
+	/* Without /proc (a chroot, a minimal container): the path it was run by. */
+	if (exe <= 0 && strchr(argv[0], '/') && realpath(argv[0], root))
+		exe = strlen(root);
 	/* ROOT/objbtf/resident/objbtf-client */
 	for (int cut = 0; exe > 0 && cut < 3; cut++)
 		while (exe > 0 && root[--exe] != '/')
 			;
 	if (exe <= 0) {
-		fprintf(stderr, "objbtf: cannot tell where objbtf-client is installed\n");
+		fprintf(stderr, "objbtf: cannot tell where objbtf-client is installed: no "
+			"/proc/self/exe, and it was not run by its path\n");
 		return 127;
 	}
 	root[exe] = 0;
@@ -358,14 +379,31 @@ int main(int argc, char **argv)
 		python(0);              /* no server: the Python client starts one */
 	m.data = malloc(MAX_MESSAGE);
 	m.len = 0;
-	if (!m.data || request(&m) || send_request(sock, &m))
+	if (!m.data || request(&m))
 		python(0);
+	if (send_request(sock, &m)) {
+		if (errno != EMSGSIZE)
+			python(0);
+		/* client.py's REQUEST_TOO_BIG + marshal.dumps((PROTOCOL,)) */
+		m.len = 0;
+		if (!put(&m, OBJBTF_REQUEST_TOO_BIG, LEN(OBJBTF_REQUEST_TOO_BIG)) && !put_int(&m, '(', 1)
+		    && !put_int(&m, 'i', OBJBTF_PROTOCOL))
+			send(sock, m.data, m.len, MSG_NOSIGNAL);
+		say(OBJBTF_TOO_BIG, NULL, 0);
+		python(1);
+	}
 	signal(SIGINT, SIG_DFL);        /* killed quietly; the server's child stops */
 	n = reply(sock, buf, sizeof(buf));
 	if (n == 0)
 		python(0);              /* the server went away before taking it */
 	if (n == LEN(OBJBTF_REPLY_FALLBACK) && !memcmp(buf, OBJBTF_REPLY_FALLBACK, n))
 		python(1);
+	if (n >= (ssize_t)LEN(OBJBTF_REPLY_CONFINED)
+	    && !memcmp(buf, OBJBTF_REPLY_CONFINED, LEN(OBJBTF_REPLY_CONFINED))) {
+		say(OBJBTF_NOT_CONFINED_AS_SERVER, buf + LEN(OBJBTF_REPLY_CONFINED),
+		    (int)(n - LEN(OBJBTF_REPLY_CONFINED)));
+		python(1);
+	}
 	if (n == LEN(OBJBTF_REPLY_OK) && !memcmp(buf, OBJBTF_REPLY_OK, n)) {
 		n = reply(sock, buf, sizeof(buf));
 		if (n == LEN(OBJBTF_REPLY_EXIT) + 4

@@ -27,12 +27,14 @@ protocol (``protocol``).
 """
 import marshal
 import posix
+from errno import EMSGSIZE
 import sys
 import _socket
 
-from .protocol import (MAX_MESSAGE, MAX_SOCKET_PATH, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK,
-                       REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, ROOT, code_digest, runtime_dir,
-                       socket_path, tree_digest)
+from .protocol import (MAX_MESSAGE, MAX_SOCKET_PATH, NOT_CONFINED_AS_SERVER, PROTOCOL,
+                       REPLY_CONFINED, REPLY_EXIT, REPLY_FALLBACK, REQUEST_RUN, REQUEST_STATUS,
+                       REQUEST_STOP, REQUEST_TOO_BIG, ROOT, TOO_BIG, VERBOSE, code_digest,
+                       runtime_dir, socket_path, tree_digest)
 
 #: Seconds the first client waits for the server it started to listen.
 START_TIMEOUT = 10.0
@@ -92,8 +94,15 @@ def _request(path: str, argv: list[str]):
         fds = b''.join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
         try:
             sock.sendmsg([REQUEST_RUN + message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-        except OSError:
-            return _NOT_SERVED
+        except OSError as err:
+            if err.errno != EMSGSIZE:
+                return _NOT_SERVED
+            _say(argv[0], TOO_BIG)
+            try:                        # counted in the server's status
+                sock.send(REQUEST_TOO_BIG + marshal.dumps((PROTOCOL,)))
+            except OSError:
+                pass
+            return None
         finally:
             posix.close(cwd)
         # A signal that would kill this process kills it, quietly, like a
@@ -106,6 +115,10 @@ def _request(path: str, argv: list[str]):
                 return _NOT_SERVED           # never started: the server went away
             if reply == REPLY_FALLBACK:
                 return None
+            if reply.startswith(REPLY_CONFINED):
+                what = reply[len(REPLY_CONFINED):].decode(errors='replace')
+                _say(argv[0], f'{NOT_CONFINED_AS_SERVER} ({what})')
+                return None
             done = _receive(sock)
         finally:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
@@ -116,6 +129,13 @@ def _request(path: str, argv: list[str]):
         return int.from_bytes(done[4:], 'little', signed=True)
     finally:
         sock.close()
+
+
+def _say(command: str, why: str) -> None:
+    """With OBJBTF_VERBOSE, say why ``command`` runs in this process."""
+    if posix.environ.get(VERBOSE.encode(), b'0') != b'0':
+        print(f'objbtf: {command}: run in this process, not by the resident server: {why}',
+              file=sys.stderr)
 
 
 def _receive(sock) -> bytes | None:

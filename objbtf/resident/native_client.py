@@ -38,6 +38,10 @@ def _c_string(text: str) -> str:
                          for b in text.encode(errors='surrogateescape')) + '"'
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _defines() -> list[str]:
     """client.c's -D options: the protocol's constants (``protocol``) and the
     served commands (``objbtf.cli.dispatch_table``), each defined once in Python."""
@@ -45,9 +49,10 @@ def _defines() -> list[str]:
     protocol = runpy.run_path(PROTOCOL_SOURCE)
     served = runpy.run_path(DISPATCH_TABLE_SOURCE)['SERVED']
     numbers = ('PROTOCOL', 'MAX_MESSAGE', 'MAX_SOCKET_PATH', 'SOCKET_NAME')
-    replies = ('REPLY_OK', 'REPLY_FALLBACK', 'REPLY_EXIT', 'REQUEST_RUN')
+    strings = ('REPLY_OK', 'REPLY_FALLBACK', 'REPLY_EXIT', 'REPLY_CONFINED', 'REQUEST_RUN',
+               'REQUEST_TOO_BIG', 'VERBOSE', 'NOT_CONFINED_AS_SERVER', 'TOO_BIG')
     return ([f'-DOBJBTF_{name}={protocol[name]}' for name in numbers]
-            + [f'-DOBJBTF_{name}={_c_string(protocol[name].decode())}' for name in replies]
+            + [f'-DOBJBTF_{name}={_c_string(_text(protocol[name]))}' for name in strings]
             + [f'-DOBJBTF_SERVED={",".join(map(_c_string, served))}'])
 
 

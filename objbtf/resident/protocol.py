@@ -13,17 +13,27 @@ import sys
 from _blake2 import blake2b
 
 #: Bumped whenever a message changes; part of the code digest anyway.
-PROTOCOL = 2
+PROTOCOL = 3
 #: The server's replies to a command: it runs, run it in the client, its exit
 #: status (REPLY_EXIT and the status, 4 bytes little-endian, signed).
 REPLY_OK = b'ok'
 REPLY_FALLBACK = b'fallback'
 REPLY_EXIT = b'exit'
+#: The server's reply to a client not confined as the server is: run the
+#: command in the client; what differs follows (``confinement.PARTS``).
+REPLY_CONFINED = b'confined:'
 #: The first byte of a client's message: run a command (then the marshalled
-#: request), a server's status, stop the server (then ``(PROTOCOL,)``).
+#: request), a server's status, stop the server, or say that a request was
+#: larger than the socket takes (each of these three then ``(PROTOCOL,)``).
 REQUEST_RUN = b'R'
 REQUEST_STATUS = b'S'
 REQUEST_STOP = b'Q'
+REQUEST_TOO_BIG = b'T'
+#: OBJBTF_VERBOSE=1 (any value but 0): a client says on one line why it ran
+#: a command in process rather than through the server.
+VERBOSE = 'OBJBTF_VERBOSE'
+NOT_CONFINED_AS_SERVER = 'not confined as the server is'
+TOO_BIG = 'the request is larger than the socket takes (the environment, mostly)'
 
 #: Largest message (the environment is most of it).
 MAX_MESSAGE = 1 << 20

@@ -41,10 +41,17 @@ import time
 from .. import implementation
 from ..cli.options import Parsed, parse_fast
 from ..source_digest import source_digest
-from .protocol import (MAX_MESSAGE, PROTOCOL, REPLY_EXIT, REPLY_FALLBACK, REPLY_OK,
-                       REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, ROOT, code_digest, runtime_dir)
+from .confinement import Confinement, boottime
+from .protocol import (MAX_MESSAGE, PROTOCOL, REPLY_CONFINED, REPLY_EXIT, REPLY_FALLBACK,
+                       REPLY_OK, REQUEST_RUN, REQUEST_STATUS, REQUEST_STOP, REQUEST_TOO_BIG, ROOT,
+                       code_digest, runtime_dir)
 
 IDLE_DEFAULT = 30.0
+#: The server's word to a worker on the client it just handed over, once it
+#: compared their confinements (meanwhile the worker read the request):
+#: serve it, or leave it to the client (then what differs).
+VERDICT_SERVE = b'+'
+VERDICT_CONFINED = b'-'
 #: A worker exits after this many commands, or once it grew this large.
 WORKER_REQUESTS = 500
 WORKER_MAX_RSS_KB = 512 * 1024
@@ -59,6 +66,11 @@ class Server:
         self.code = code
         self.started = time.time()
         self.requests = 0
+        #: Commands left to their clients: not confined as this server is;
+        #: larger than the socket takes.
+        self.confined = 0
+        self.too_big = 0
+        self.confinement = Confinement()
         self.children: set[int] = set()
         #: Workers by pid: the server's end of each one's channel; the idle ones.
         self.workers: dict[int, socket.socket] = {}
@@ -78,7 +90,7 @@ class Server:
     def status(self) -> dict:
         return {'pid': os.getpid(), 'socket': self.path, 'code': self.code, 'root': ROOT,
                 'modules': implementation().split()[0],    # compiled or pure
-                'requests': self.requests,
+                'requests': self.requests, 'confined': self.confined, 'too_big': self.too_big,
                 'running': len(self.children) + self._busy_workers(),
                 'workers': len(self.workers),
                 'uptime': round(time.time() - self.started, 1), 'idle_exit': self.idle}
@@ -101,8 +113,9 @@ class Server:
                 conn, _ = self.listener.accept()
             except OSError:
                 continue
+            accepted = boottime()
             self.last_active = time.monotonic()
-            stopper = self._take(conn)
+            stopper = self._take(conn, accepted)
             if stopper is not None:
                 return stopper
         return None
@@ -111,9 +124,11 @@ class Server:
         """SIGTERM: stop as on ``objbtf server stop`` (the log line included)."""
         self.terminated = True
 
-    def _take(self, conn: socket.socket) -> socket.socket | None:
-        """Fork a child for a command; answer status; return a stop request."""
-        _, uid, gid = _peer(conn)
+    def _take(self, conn: socket.socket, accepted: float) -> socket.socket | None:
+        """Fork a child for a command (unless its client is not confined as
+        this server is: it then runs it itself); answer status; return a stop
+        request.  ``accepted``: when ``conn`` was accepted (``boottime``)."""
+        pid, uid, gid = _peer(conn)
         try:
             conn.settimeout(5.0)        # clients send right after connecting
             kind = conn.recv(1, socket.MSG_PEEK) if uid == os.geteuid() and gid == os.getegid() else b''
@@ -121,8 +136,18 @@ class Server:
         except OSError:
             kind = b''
         if kind == REQUEST_RUN:
-            if self._to_worker(conn):
-                self.requests += 1
+            worker = self._to_worker(conn)
+            if worker is not None:
+                # The worker reads the request meanwhile, and waits for this.
+                differs = self.confinement.differs(conn, pid, accepted)
+                try:
+                    self.workers[worker].send(VERDICT_CONFINED + differs.encode() if differs
+                                              else VERDICT_SERVE)
+                except OSError:         # it exited: reaped later
+                    pass
+            elif differs := self.confinement.differs(conn, pid, accepted):
+                conn.recv(MAX_MESSAGE)  # closed unread, the client would see a reset
+                _send(conn, REPLY_CONFINED + differs.encode())
             else:
                 try:
                     child = os.fork()
@@ -132,8 +157,11 @@ class Server:
                 if child == 0:
                     self._forget()
                     _child(conn)        # never returns
-                self.requests += 1
                 self.children.add(child)
+            if differs:
+                self.confined += 1
+            else:
+                self.requests += 1
         elif kind == REQUEST_STATUS:
             conn.recv(MAX_MESSAGE)
             self._reap()
@@ -141,25 +169,29 @@ class Server:
         elif kind == REQUEST_STOP:
             conn.recv(MAX_MESSAGE)
             return conn
+        elif kind == REQUEST_TOO_BIG:
+            conn.recv(MAX_MESSAGE)
+            self.too_big += 1
         conn.close()
         return None
 
     def _busy_workers(self) -> int:
         return len(self.workers) - len(self.idle_workers)
 
-    def _to_worker(self, conn: socket.socket) -> bool:
+    def _to_worker(self, conn: socket.socket) -> int | None:
         """Hand ``conn`` to an idle worker, or to a new one if there is room;
-        False when every worker is busy (or none could start)."""
+        its pid, or None when every worker is busy (or none could start).
+        The worker then waits for the verdict on the client's confinement."""
         while self.idle_workers or len(self.workers) < self.max_workers:
             pid = self.idle_workers.pop() if self.idle_workers else self._start_worker()
             if pid is None:
-                return False
+                return None
             try:
                 socket.send_fds(self.workers[pid], [b'c'], [conn.fileno()])
-                return True
+                return pid
             except OSError:             # it exited (its end closed): reaped later
                 self.workers.pop(pid).close()
-        return False
+        return None
 
     def _start_worker(self) -> int | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -359,12 +391,16 @@ def _worker(channel: socket.socket) -> None:
     away mid-command: ClientGone).  Its caller then ends the process."""
     _command_signals()
     nice = os.getpriority(os.PRIO_PROCESS, 0)
-    for _ in range(WORKER_REQUESTS):
+    for served in range(1, WORKER_REQUESTS + 1):
         _, fds, _, _ = socket.recv_fds(channel, 1, 1)
         if not fds:
             return                      # the server closed the channel
         conn = socket.socket(fileno=fds[0])
         request = _adopt(conn)
+        verdict = channel.recv(MAX_MESSAGE)
+        if verdict != VERDICT_SERVE:    # or the server is gone
+            _send(conn, REPLY_CONFINED + (verdict[len(VERDICT_CONFINED):] or b'the process'))
+            request = None
         parsed = _parse(conn, request) if request is not None else None
         if parsed is not None:
             if not _in_worker(parsed) or os.getpriority(os.PRIO_PROCESS, 0) != nice:
@@ -373,9 +409,9 @@ def _worker(channel: socket.socket) -> None:
                 _serve(conn, parsed)
         conn.close()
         _release()
-        if (os.getpriority(os.PRIO_PROCESS, 0) != nice
+        if (served == WORKER_REQUESTS or os.getpriority(os.PRIO_PROCESS, 0) != nice
                 or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > WORKER_MAX_RSS_KB):
-            return
+            return                      # never idle first: it would be handed one more
         channel.send(b'i')
 
 
