@@ -1,4 +1,4 @@
-"""Two BTFs compared by content, and the differences from pahole the README
+"""Two BTFs compared by content, and the differences from pahole that docs/pahole-differences.md
 documents, listed once.
 
 The comparison is ``objbtf diff``'s (objbtf/inspect/diff.py): every named type by
@@ -9,7 +9,7 @@ DATASEC, each by name, ids never mattering.  ``unexplained`` keeps what no
 documented rule explains; every Kbuild test that compares objbtf's BTF with
 pahole's on the same tree asserts that it is empty.
 
-The documented differences (README, "The link, against pahole"), each with
+The documented differences (docs/pahole-differences.md), each with
 the rule that derives it from the tree rather than a list of names:
 
 - ``KFUNC_TAGS``: objbtf tags each kfunc with a ``bpf_kfunc`` (or

@@ -1,6 +1,6 @@
 """The kfuncs a linked file lists in ``.BTF_ids``, read with binutils
 (``readelf -S``/``-s``, ``objcopy -O binary``) rather than objbtf's ELF
-reader, by the rules the README gives for the kfuncs pass.
+reader, by the rules docs/pahole-differences.md gives for the kfuncs pass.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 DWARF of the same objects, and a check that two final (or per-object) BTF
 tables differ by no more than that.
 
-The differences (README: from the compiler's BTF):
+The differences (docs/dwarfless.md):
 - enumerators outside the 32-bit signed range are dropped
   (``btf_shapes.without_wide_enumerators``); libbpf's dedup then merges an
   enum left without values with a full enum of its name, anonymous ones too;

@@ -187,7 +187,7 @@ class KernelBuild:
     @property
     def tmp_vmlinux(self) -> Path:
         """The link objbtf made vmlinux's BTF from: on 6.1 with kallsyms,
-        the first kallsyms link (kbuild-integration/README.md)."""
+        the first kallsyms link (docs/kbuild.md)."""
         if self.version == '6.1' and 'CONFIG_KALLSYMS=y' in self.config():
             return self.build / '.tmp_vmlinux.kallsyms1'
         return self.build / BTF_FILES[self.version][0]

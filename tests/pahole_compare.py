@@ -2,7 +2,7 @@
 
 The comparison the encoder issue asks for: the same named types with the
 same sizes and member counts, and the same counts per kind.  Two
-differences objbtf makes on purpose are listed in the README:
+differences objbtf makes on purpose are listed in docs/pahole-differences.md:
 
 - percpu variables in ``.data..percpu..*`` subsections, which pahole run on
   a single object cannot see (it only looks at the section named

@@ -239,7 +239,7 @@ def bpftool_dump(path: Path) -> str:
 def test_s390x_btf_is_big_endian_like_paholes(tmp_path):
     """Each object's BTF in the target's byte order, as pahole writes it for
     the same object; bpftool reads both, and they hold the same types (but
-    the .data..percpu..* variable pahole misses: README)."""
+    the .data..percpu..* variable pahole misses: docs/pahole-differences.md)."""
     for name in COUNTERS:
         obj = tmp_path / f'{name}.o'
         run(need(f'{S390X}gcc'), '-g', '-O2', '-c', '-o', obj, C_FIXTURES / f'{name}.c')

@@ -150,7 +150,7 @@ def test_deterministic_and_encoded_once(tmp_path):
     compiles; objbtf's output does not, and keeps none of GCC's old bytes.
     Once encoded, the object's .BTF is objbtf's own and no source of types:
     encoding it again without DWARF leaves it without types, as an object
-    whose DWARF was stripped (README: re-encoding)."""
+    whose DWARF was stripped (docs/design.md: re-encoding)."""
     outputs = set()
     for _ in range(3):
         obj = compile_with('kinds', tmp_path / 'k.o', '-gbtf')

@@ -379,11 +379,11 @@ def test_vmlinux_btf_matches_pahole(kbuild, tmp_path, request):
     assert named_types(theirs) > 1000
     assert unexplained(theirs, ours, percpu, vmlinux_members(kbuild.build)) == []
     a, b = kind_counts(ours), kind_counts(theirs)
-    # pahole 1.24 tags no kfunc (README)
+    # pahole 1.24 tags no kfunc (docs/pahole-differences.md)
     kfunc_tags = sum(1 for _, t in ours.own()
                      if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall'))
     assert kfunc_tags > 0 and a['DECL_TAG'] == b['DECL_TAG'] + kfunc_tags
-    # pahole misses the percpu variables of .data..percpu..* (README).
+    # pahole misses the percpu variables of .data..percpu..* (docs/pahole-differences.md).
     assert a['VAR'] >= b['VAR'] and a['DATASEC'] == b['DATASEC'] == 1
     if kbuild.version in NEWEST_PAHOLE_FLAGS:      # and the newest pahole's function rules
         assert_funcs_are_the_newest_pahole_s(
@@ -394,9 +394,8 @@ def test_vmlinux_btf_matches_pahole(kbuild, tmp_path, request):
 def assert_funcs_are_the_newest_pahole_s(theirs: dict[str, list[str]], ours: dict[str, list[str]],
                                          kbuild: KernelBuild) -> None:
     """Every FUNC of the newest pahole's (``theirs``: function_decls), with
-    its prototype; those only objbtf has are the README's: functions another
-    unit defines inline with another prototype (btf_content.py), its
-    optimized clones included."""
+    its prototype; those only objbtf has are functions another unit defines
+    inline with another prototype (btf_content.extra_funcs, docs/pahole-differences.md)."""
     problems, _ = extra_funcs(theirs, ours, vmlinux_members(kbuild.build))
     assert problems == []
 
@@ -445,7 +444,7 @@ def test_modules_btf_matches_pahole(kbuild, modules, tmp_path, request):
         if kbuild.btf_script.name == 'gen-btf.sh':
             stock = stock_module_btf(kbuild, newest, flags, ko, tmp_path)
             raw = deduplicated(stock, kbuild)
-            # (the newest pahole's copies of base types: stock_btf.py, README)
+            # (the newest pahole's copies of base types: stock_btf.py, docs/pahole-differences.md)
             assert len(parse_btf(stock, base)) > len(parse_btf(raw, base)), ko.name
         else:
             out = tmp_path / f'{ko.name}.btf'
@@ -593,7 +592,7 @@ def makefile_btf(tmp_path: Path) -> str:
 
 def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
     """objbtf's default set is the --btf_features list 6.12's
-    scripts/Makefile.btf gives pahole 1.26 and newer (the README maps the
+    scripts/Makefile.btf gives pahole 1.26 and newer (docs/kbuild.md maps the
     rest of the file onto OBJBTF_FLAGS)."""
     text = makefile_btf(tmp_path)
     m = re.search(r'test-ge, \$\(pahole-ver\), 126\)\s*=\s*-j --btf_features=(\S+)', text)
@@ -602,7 +601,7 @@ def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
     assert sorted(asked) == sorted(DEFAULT)
     assert Features.parse(m[1]).names() == Features().names()
     # Out-of-tree modules also ask for distilled_base: a name objbtf takes,
-    # and does not produce (README: distilled base BTF).
+    # and does not produce (docs/kbuild.md: distilled base BTF).
     extmod = re.findall(r'module-pahole-flags-.*?\+= --btf_features=(\S+)', text)
     assert extmod == ['distilled_base'] and 'distilled_base' in Features.NAMES
 
@@ -695,7 +694,7 @@ def test_resolve_btfids_ran_on_vmlinux_and_modules(kbuild_6_12, kmod):
 
 @pytest.mark.kernel
 def test_out_of_tree_module_gets_no_distilled_base(kbuild_6_12, kmod):
-    """objbtf writes no .BTF.base (README: distilled base BTF): the module's
+    """objbtf writes no .BTF.base (docs/kbuild.md: distilled base BTF): the module's
     BTF is split on vmlinux's, as for an in-tree module."""
     secs = sections(kmod)
     assert '.BTF.base' not in secs

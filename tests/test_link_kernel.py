@@ -63,11 +63,12 @@ def test_content_matches_pahole_but_for_functions(linked, pahole_vmlinux_btf, en
     percpu = {name for name, _ in percpu_symbols(encoded_kernel / TMP_VMLINUX)}
     assert unexplained(theirs, ours, percpu, vmlinux_members(encoded_kernel)) == []
     a, b = kind_counts(ours), kind_counts(theirs)
-    # pahole 1.24 tags no kfunc (1.27 does, though not on 6.1: see the README)
+    # pahole 1.24 tags no kfunc (1.27 does, though not on 6.1: docs/pahole-differences.md)
     kfunc_tags = sum(1 for _, t in ours.own()
                      if t.kind is Kind.DECL_TAG and t.name in ('bpf_kfunc', 'bpf_fastcall'))
     assert a['DECL_TAG'] == b['DECL_TAG'] + kfunc_tags
-    # objbtf follows the newest pahole's function rules, which 1.24 lacks (README).
+    # objbtf follows the newest pahole's function rules, which 1.24 lacks
+    # (docs/pahole-differences.md).
     # The FUNCs only objbtf has: functions whose only symbols are clones
     # (foo.constprop.0, foo.isra.0), which 1.24 matched by exact name only:
     # those the newest pahole keeps too (no parameter optimized out, or a
