@@ -17,6 +17,9 @@ the rule that derives it from the tree rather than a list of names:
 - percpu variables (``percpu_symbols``): objbtf keeps every percpu
   variable vmlinux's symbol table has, pahole 1.24 only those of
   ``.data..percpu`` proper.
+- ``_without_tagged_copies``: where the BTF has type tags (clang), how
+  many identical copies of a type dedup leaves, as long as objbtf leaves
+  no more in all than pahole.
 - ``explained_prototypes``: a function with a weak and a strong definition
   (the ``sys_ni.c`` stubs of the syscalls a config has): pahole takes the
   prototype of the definition it reads first, the weak one's, objbtf the
@@ -186,6 +189,24 @@ def explained_prototypes(objs: list[Path], changed: list[dict]) -> set[str]:
 Difference = tuple[str, str, dict]
 
 
+def has_type_tags(btf: Btf) -> bool:
+    """Whether ``btf`` has TYPE_TAGs (clang's ``__rcu``, ``__user``...)."""
+    return any(t.kind is Kind.TYPE_TAG for _, t in btf.own())
+
+
+def _without_tagged_copies(changed: list[dict]) -> list[dict]:
+    """``changed`` less the entries whose declarations differ only in how
+    many identical copies dedup left, when objbtf left no more copies in
+    all than pahole: units that disagree on a pointer's type tag (clang
+    tags an ``__rcu`` pointer in some units and not in others) leave dedup
+    several copies of the types around it, as many as the order in which
+    it meets the units gives.  Any other difference stays."""
+    copies = [e for e in changed if set(e['a']) == set(e['b'])]
+    if sum(len(e['b']) for e in copies) > sum(len(e['a']) for e in copies):
+        return changed
+    return [e for e in changed if set(e['a']) != set(e['b'])]
+
+
 def unexplained(theirs: Btf, ours: Btf, percpu_vars: Set[str] = frozenset(),
                 objects: list[Path] | None = None) -> list[Difference]:
     """The differences from ``theirs`` (pahole's) to ``ours`` (objbtf's)
@@ -199,7 +220,10 @@ def unexplained(theirs: Btf, ours: Btf, percpu_vars: Set[str] = frozenset(),
     out: list[Difference] = []
     out += [('types', 'only pahole', e) for e in types.removed]
     out += [('types', 'only objbtf', e) for e in types.added if not kfunc_tag(e)]
-    out += [('types', 'differ', e) for e in types.changed if not _changed_only_by_kfunc_tags(e)]
+    changed = [e for e in types.changed if not _changed_only_by_kfunc_tags(e)]
+    if has_type_tags(theirs):
+        changed = _without_tagged_copies(changed)
+    out += [('types', 'differ', e) for e in changed]
     out += [('variables', 'only pahole', e) for e in variables.removed]
     out += [('variables', 'only objbtf', e) for e in variables.added
             if e['name'] not in percpu_vars]
