@@ -56,13 +56,23 @@ class BuildExt(build_ext):
 
 class BuildPy(build_py):
     """Also builds objbtf-client: beside the sources for an editable
-    install, else with the package's other files."""
+    install, else with the package's other files; not in a virtual
+    environment made for the build (``python -m build``): the client holds
+    the path of its interpreter, which would be gone (the installed objbtf
+    then uses its Python client, and ``python3 -m
+    objbtf.resident.native_client`` builds the C one, as scripts/install.sh
+    does)."""
 
     def run(self) -> None:
         super().run()
+        editable = getattr(self, 'editable_mode', False)
+        if not editable and sys.prefix != sys.base_prefix:
+            print('objbtf: objbtf-client is not built for the interpreter of an isolated '
+                  'build; python3 -m objbtf.resident.native_client builds it', file=sys.stderr)
+            return
         sys.path.insert(0, str(HERE / 'objbtf' / 'resident'))
         import native_client
-        dest = HERE / 'objbtf' / 'resident' if getattr(self, 'editable_mode', False) \
+        dest = HERE / 'objbtf' / 'resident' if editable \
             else Path(self.build_lib) / 'objbtf' / 'resident'
         dest.mkdir(parents=True, exist_ok=True)
         try:

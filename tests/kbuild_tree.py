@@ -11,6 +11,7 @@ may ``make`` in it again with the same arguments.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import struct
@@ -27,6 +28,7 @@ from elftools.elf.elffile import ELFFile
 
 from conftest import KCONFIG, ROOT, need, objbtf, run
 from kernel_matrix import Build
+from objbtf.source_digest import source_digest
 
 INTEGRATION = ROOT / 'kbuild-integration'
 
@@ -128,12 +130,20 @@ def apply(tree: Path) -> subprocess.CompletedProcess:
     return run(INTEGRATION / 'apply', tree, check=False)
 
 
+@functools.cache
 def objbtf_command() -> str:
-    """$OBJBTF, else the installed objbtf called directly (no pyenv shim)."""
+    """$OBJBTF, else the installed objbtf called directly (no pyenv shim),
+    which must run this checkout's sources: the builds test the command,
+    the other tests the checkout."""
     beside = Path(sys.executable).with_name('objbtf')
     path = os.environ.get('OBJBTF') or (str(beside) if beside.exists() else shutil.which('objbtf'))
     if path is None:
         pytest.fail('objbtf is not installed: run scripts/install.sh')
+    version = run(path, '--version').stdout.strip()
+    ours = source_digest('objbtf', 'linkdedup').hex()[:12]
+    if not version.endswith(f'sources {ours}'):
+        pytest.fail(f'{path} ({version}) does not run the sources of this checkout '
+                    f'({ours}): run scripts/install.sh')
     return path
 
 

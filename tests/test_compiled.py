@@ -1,4 +1,4 @@
-"""What ``pip install .`` gives a user: objbtf's per-object hot path compiled
+"""What the wheel of ``python -m build`` gives a user: objbtf's per-object hot path compiled
 with mypyc (setup.py), the same bytes as pure Python, OBJBTF_PURE=1 to run
 the sources instead, and never a compiled module shadowing an edited
 source; with OBJBTF_MYPYC=0, pure Python."""
@@ -16,6 +16,7 @@ import pytest
 from conftest import C_FIXTURES, ROOT, compile_c, need, run
 
 import objbtf
+from objbtf.source_digest import source_digest
 
 #: The sources encoded three ways; gcc and clang give different DWARF, and
 #: gcc -gbtf its own BTF.
@@ -23,12 +24,11 @@ SOURCES = ('kinds.c', 'scopes.c', 'tags.c')
 
 
 def _install(dest: Path, wheels: Path, **env: str) -> Path:
-    """This checkout built into a wheel, as pip builds it for ``pip install .``
-    (with ``env`` the only build switches), and unpacked into ``dest`` (a
-    directory to put on PYTHONPATH)."""
+    """This checkout built into a wheel as scripts/install.sh builds it
+    (``python -m build``, with ``env`` the only build switches), and
+    unpacked into ``dest`` (a directory to put on PYTHONPATH)."""
     base = {k: v for k, v in os.environ.items() if k != 'OBJBTF_MYPYC'}
-    run(sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', wheels, ROOT,
-        env={**base, **env})
+    run(sys.executable, '-m', 'build', '--wheel', '--outdir', wheels, ROOT, env={**base, **env})
     (wheel,) = wheels.glob('objbtf-*.whl')
     with zipfile.ZipFile(wheel) as z:
         z.extractall(dest)
@@ -59,7 +59,8 @@ def test_install_compiles_the_hot_path(compiled):
         assert list(compiled.glob(f'{module.replace(".", "/")}.*.so')), module
     version = run(sys.executable, '-m', 'objbtf', '--version',
                   env={**os.environ, 'PYTHONPATH': str(compiled)}, cwd=compiled).stdout
-    assert version.strip().endswith(', compiled (mypyc)')
+    sources = source_digest('objbtf', 'linkdedup').hex()[:12]
+    assert version.strip().endswith(f', compiled (mypyc), sources {sources}')
 
 
 def test_pure_switch(compiled):

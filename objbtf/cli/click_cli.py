@@ -66,9 +66,22 @@ def _check_requires(name: str, values: dict) -> None:
             raise click.UsageError(f'{opt.flags[-1]} needs {needed.flags[-1]}{what}')
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """The version, how it runs, and the digest of the sources it runs:
+    two installs of one version from different checkouts tell apart."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version
+
+    from ..source_digest import source_digest
+    sources = source_digest('objbtf', 'linkdedup').hex()[:12]
+    click.echo(f'objbtf, version {version("objbtf")}, {implementation()}, sources {sources}')
+    ctx.exit()
+
+
 @click.group(context_settings={'help_option_names': ['-h', '--help']})
-@click.version_option(package_name='objbtf',
-                      message=f'%(prog)s, version %(version)s, {implementation()}')
+@click.option('--version', is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help='Show the version and exit.')
 def main() -> None:
     """Per-object BTF for Linux kernel builds.
 
