@@ -740,3 +740,35 @@ def test_a_killed_command_is_one_line_and_status_1(tmp_path, runtime):
                                 'ended without an exit status']
     assert (tmp_path / 'runs').read_text() == f'{compiler}\n'       # run once
     tree.stop()
+
+
+#: A command whose client closes its connection; ClientGone is then dropped
+#: once, as a C extension's PyErr_Clear drops an error a Python callback
+#: raised, and the command goes on in Python.
+DROPPED_ONCE = """
+import socket, sys, time
+from objbtf.resident import server
+ours, client = socket.socketpair()
+server._watch_client(ours)
+try:
+    client.close()
+    time.sleep(1)
+except server.ClientGone:
+    pass
+else:
+    sys.exit('no ClientGone when the client left')
+try:
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        pass
+except server.ClientGone:
+    print('raised again')
+"""
+
+
+def test_a_dropped_client_gone_is_raised_again():
+    """A command whose client left stops even when something dropped the
+    ClientGone that said so: it is raised again until the process ends."""
+    r = subprocess.run([sys.executable, '-c', DROPPED_ONCE], capture_output=True, text=True,
+                       env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert (r.returncode, r.stdout.strip()) == (0, 'raised again'), r.stderr

@@ -329,6 +329,24 @@ class ClientGone(BaseException):
     """The client of this child went away: stop as a killed command would."""
 
 
+#: Seconds between two raises of ClientGone once the client is gone.
+GONE_AGAIN = 0.05
+
+
+def _raise_client_gone(_sig, _frame) -> None:
+    raise ClientGone
+
+
+def _client_gone() -> None:
+    """Raise ClientGone, and again every GONE_AGAIN seconds until the process
+    ends: a C extension that meets an error while it runs Python code drops
+    it to let its Python twin decide, this one too, and the command would
+    then run to its end for nobody."""
+    signal.signal(signal.SIGALRM, _raise_client_gone)
+    signal.setitimer(signal.ITIMER_REAL, GONE_AGAIN, GONE_AGAIN)
+    raise ClientGone
+
+
 def _child(conn: socket.socket, parsed: Parsed | None = None) -> None:
     """In a child forked for one command: become the client's command (unless
     its worker did already and read it: ``parsed``), run it, report, exit."""
@@ -497,11 +515,11 @@ def _watch_client(conn: socket.socket) -> None:
     def gone(_sig, _frame):
         try:
             if conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b'':
-                raise ClientGone
+                _client_gone()
         except BlockingIOError:
             pass
         except OSError:
-            raise ClientGone from None
+            _client_gone()
     signal.signal(signal.SIGIO, gone)
     import fcntl
     fcntl.fcntl(conn.fileno(), fcntl.F_SETOWN, os.getpid())
