@@ -2,8 +2,9 @@
 """objbtf link against the kernel's own BTF step, on the same pre-BTF vmlinux, in turns.
 
 The peer is what 6.1's link-vmlinux.sh runs: ``pahole -J`` with the flags
-scripts/pahole-flags.sh gives the installed pahole (1.24: ``--btf_gen_floats
--j --lang_exclude=rust``), here with ``--btf_encode_detached`` so that the
+scripts/pahole-flags.sh gives the pahole (by its version): the installed one
+(1.24: ``--btf_gen_floats -j --lang_exclude=rust``), or ``--pahole PATH``,
+the newest built from vendor/ (tests/newest_pahole.py), here with ``--btf_encode_detached`` so that the
 input stays as it is (the kernel's step writes .BTF into the file and cuts it
 out again with objcopy; leaving that out favours pahole).  Both tools read one
 file: the reference kernel's objects, encoded (testsupport/kernel_tree.py), linked
@@ -127,7 +128,7 @@ def recompile(tree: Path, obj: str, extra: list[str] | None = None) -> None:
 
 
 def module_links(build: Path, tree: Path, vmlinux_btf: Path, work: Path,
-                 objbtf: list[str], flags: list[str]) -> tuple[int, list[list[str]]]:
+                 objbtf: list[str], peer: list[str]) -> tuple[int, list[list[str]]]:
     """How many modules, and two commands, each giving every module its
     split BTF: objbtf link (on the encoded tree, against the BTF objbtf
     linked for vmlinux) and pahole (on the stock tree, against its vmlinux),
@@ -139,7 +140,7 @@ def module_links(build: Path, tree: Path, vmlinux_btf: Path, work: Path,
                                             str(tree / m)])
                        for m in modules)
     subprocess.run(['sh', '-c', ours], check=True, capture_output=True)    # makes the index
-    theirs = ' && '.join(shlex.join(['pahole', '-J', *flags, '--btf_base', str(build / 'vmlinux'),
+    theirs = ' && '.join(shlex.join([*peer, '--btf_base', str(build / 'vmlinux'),
                                      '--btf_encode_detached', str(work / 'p.btf'),
                                      str(build / m)])
                          for m in modules)
@@ -163,7 +164,7 @@ def in_process_cpu(ko: Path, base: Path, index: Path | None, out: Path, n: int) 
 
 
 def module_bench(build: Path, tree: Path, vmlinux_btf: Path, work: Path, objbtf: list[str],
-                 flags: list[str], repeat: int) -> str:
+                 peer: list[str], repeat: int) -> str:
     """Per module CPU: objbtf link with and without --base-index, as a
     process and in this one, and pahole --btf_base; same bytes checked."""
     kos = sorted(p.relative_to(tree) for p in tree.rglob('*.ko'))
@@ -177,7 +178,7 @@ def module_bench(build: Path, tree: Path, vmlinux_btf: Path, work: Path, objbtf:
         subprocess.run(indexed, check=True)
         if a.read_bytes() != b.read_bytes():
             sys.exit(f'{ko}: the split BTF differs with --base-index')
-        pahole = ['pahole', '-J', *flags, '--btf_base', str(build / 'vmlinux'),
+        pahole = [*peer, '--btf_base', str(build / 'vmlinux'),
                   '--btf_encode_detached', str(work / 'p.btf'), str(build / ko)]
         ours, theirs, bare = interleaved(repeat, [indexed, pahole, plain])
         rows.append((theirs.cpu, ours.cpu, bare.cpu,
@@ -195,7 +196,7 @@ def module_bench(build: Path, tree: Path, vmlinux_btf: Path, work: Path, objbtf:
     return '\n'.join(lines)
 
 
-def modules_only(args: argparse.Namespace, build: Path, flags: list[str],
+def modules_only(args: argparse.Namespace, build: Path, peer: list[str],
                  objbtf: list[str]) -> str:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
@@ -204,7 +205,7 @@ def modules_only(args: argparse.Namespace, build: Path, flags: list[str],
         out = work / 'vmlinux.btf'
         subprocess.run(objbtf + ['link', '-q', '-o', str(out), str(link_shared(tree))],
                        check=True)
-        return module_bench(build, tree, out, work, objbtf, flags, args.repeat)
+        return module_bench(build, tree, out, work, objbtf, peer, args.repeat)
 
 
 def main() -> int:
@@ -212,25 +213,30 @@ def main() -> int:
     ap.add_argument('--repeat', type=int, default=3)
     ap.add_argument('--kernel-modules', action='store_true',
                     help='the modules-heavy configuration (build-kernel.sh --modules)')
+    ap.add_argument('--pahole', default='pahole', metavar='PATH',
+                    help="the peer: this pahole, with the flags the kernel's pahole-flags.sh "
+                         'gives its version (default: the installed one)')
     ap.add_argument('--no-record', action='store_true')
     ap.add_argument('--modules-only', action='store_true',
                     help='only the module links, module by module, CPU')
     args = ap.parse_args()
     build = reference_kernel(args.kernel_modules)
-    flags = pahole_flags(build)
+    peer = [args.pahole, '-J', *pahole_flags(build, args.pahole)]
+    version = subprocess.run([args.pahole, '--version'], capture_output=True, text=True,
+                             check=True).stdout.strip()
     objbtf = [sys.executable, '-m', 'objbtf']
     # Byte-compiled, as an installed objbtf is (pip compiles what it installs).
     subprocess.run([sys.executable, '-m', 'compileall', '-q', str(HERE.parent / 'objbtf'),
                     str(HERE.parent / 'linkdedup')], check=True)
     if args.modules_only:
-        return report_and_record(args, 'module links', modules_only(args, build, flags, objbtf))
+        return report_and_record(args, 'module links', modules_only(args, build, peer, objbtf))
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         print('preparing an encoded copy of the kernel tree...', file=sys.stderr)
         tree = encoded_tree(build, work / 'build')
         shared = link_shared(tree)
         out, cache, warm = work / 'out.btf', work / 'link.cache', work / 'warm.cache'
-        pahole = ['pahole', '-J', *flags, '--btf_encode_detached', str(work / 'pahole.btf'), str(shared)]
+        pahole = [*peer, '--btf_encode_detached', str(work / 'pahole.btf'), str(shared)]
         link = objbtf + ['link', '-o', str(out), str(shared)]
         link_j1 = objbtf + ['link', '-j', '1', '-o', str(out), str(shared)]
         bare = work / 'bare'
@@ -242,7 +248,7 @@ def main() -> int:
         b, b1, p0 = interleaved(args.repeat, [bare_link, bare_link[:4] + ['-j', '1'] + bare_link[4:],
                                               pahole])
         subprocess.run(link, check=True)        # what the modules' BTF is based on
-        count, commands = module_links(build, tree, out, work, objbtf, flags)
+        count, commands = module_links(build, tree, out, work, objbtf, peer)
         m, pm = interleaved(args.repeat, commands)
         subprocess.run(cached_link, check=True, capture_output=True)
         shutil.copy(cache, warm)
@@ -257,8 +263,8 @@ def main() -> int:
         # Each run starts from the cache of the link before the type edit.
         missing = ['sh', '-c', f'cp {warm} {cache} && exec "$@"', 'sh'] + cached_link
         typed, p3 = interleaved(args.repeat, [missing, pahole])
-    peer = shlex.join(['pahole', '-J', *flags])
-    report = (f'{"modules" if args.kernel_modules else "reference"} configuration; peer: `{peer}`\n'
+    report = (f'{"modules" if args.kernel_modules else "reference"} configuration; peer: '
+              f'`{shlex.join(peer)}` (pahole {version})\n'
               f'pahole: {p}\n'
               f'objbtf link (-j {len(os.sched_getaffinity(0))}): {o}\n'
               f'objbtf link -j 1: {o1}\n'

@@ -102,9 +102,9 @@ def relink_module(tree: Path, ko: Path) -> None:
     subprocess.run(first_command(ko), cwd=tree, check=True, capture_output=True)
 
 
-def pahole_flags(build: Path) -> list[str]:
-    """What 6.1's scripts/pahole-flags.sh passes to the installed pahole."""
+def pahole_flags(build: Path, pahole: str = 'pahole') -> list[str]:
+    """What 6.1's scripts/pahole-flags.sh passes to ``pahole`` (by its version)."""
     script = build / 'source' / 'scripts' / 'pahole-flags.sh'
-    out = subprocess.run(['sh', str(script)], env=dict(os.environ, PAHOLE='pahole'),
+    out = subprocess.run(['sh', str(script)], env=dict(os.environ, PAHOLE=pahole),
                          check=True, capture_output=True, text=True).stdout
     return out.split()
