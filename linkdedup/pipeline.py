@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import partial
 
 from objbtf.btf.chunk import SECTION as CHUNK_SECTION
-from objbtf.btf.chunk import Chunk, split_chunks
+from objbtf.btf.chunk import FROM_COMPILER_BTF, Chunk, split_chunks
 from objbtf.btf.dedup import dedup
 from objbtf.btf.errors import BtfError
 from objbtf.btf.hashing import past_the_last
@@ -65,6 +65,10 @@ class Summary:
         self.replayed = False
         self.typeless = 0
         self.premapped: int | None = None
+        #: vmlinux's objects encoded from GCC's BTF, and the (LOST_*, enum
+        #: name) their chunks counted (``dwarfless_note``).
+        self.from_compiler = 0
+        self.losses: set[tuple[int, str]] = set()
 
     def cacheable(self) -> dict:
         """What a replay of this link reports again."""
@@ -106,6 +110,22 @@ class Summary:
             out.append(f'  kfuncs: {len(k.tagged) + len(k.missing)} in .BTF_ids, '
                        f'{len(k.tagged)} tagged bpf_kfunc, {len(k.missing)} without a FUNC')
         return out
+
+    def dwarfless_note(self) -> list[str]:
+        """What a DWARF-less vmlinux's BTF lacks, said even under -q
+        (Kbuild's quiet output): a kernel made with GCC 12's -gbtf has less
+        BTF than its DWARF build, and nothing else says so.  Nothing for a
+        link of objects encoded from DWARF, or a module's."""
+        if not self.from_compiler:
+            return []
+        enums = len({name for _, name in self.losses})
+        counted = f'{enums} enums here lost some or all' if enums else 'none counted here'
+        return [f'objbtf link: note: the BTF of {self.from_compiler} of {self.objects} objects '
+                f'came from GCC\'s -gbtf, not DWARF, and lacks what GCC 12\'s lacks: '
+                f'enumerators outside 32 bits ({counted}), types declared in functions, '
+                'parameter locations',
+                'objbtf link: note: objbtf\'s docs/dwarfless.md says more ("What GCC 12\'s BTF '
+                'lacks"); objbtf check OBJECT.o names the enums an object lost']
 
 
 class Progress:
@@ -234,7 +254,18 @@ def read_pass(state: LinkState) -> None:
     state.inputs = read_inputs(state.elf, state.settings.file, state.settings.input_section,
                                state.progress, state.objects, state.jobs, state.merge)
     state.summary.typeless = state.inputs.typeless
+    if state.settings.base_path is None:
+        _count_compiler_btf(state.summary, state.inputs.chunks)
     state.symbols = FromSymbols(state.elf, state.settings.features, state.settings.base_path)
+
+
+def _count_compiler_btf(summary: Summary, chunks: list[Chunk]) -> None:
+    """The objects encoded from their compiler's BTF, and what their
+    chunks say it lost, for the summary's ``dwarfless_note``."""
+    for chunk in chunks:
+        if chunk.source == FROM_COMPILER_BTF:
+            summary.from_compiler += 1
+            summary.losses.update(chunk.losses)
 
 
 def replay_pass(state: LinkState) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from .btf.chunk import SECTION as CHUNK_SECTION, Chunk, split_chunks
 from .btf.errors import BtfError
 from .btf.reader import parse_btf
 from .btf.types import Btf
@@ -34,6 +35,19 @@ def read_btf(path: str) -> tuple[bytes, int]:
         if sec is None:
             raise BtfError('no .BTF section')
         return _as_linked_alone(elf, sec, elf.section_data(sec)), elf.pointer_size
+
+
+def chunks_of(path: str) -> list[Chunk]:
+    """The ``.BTF.objbtf`` chunks of ``path``: an encoded object's one, a
+    relocatable link's of each object; none for raw BTF or a file without
+    them.  BtfError (or ElfError) where they cannot be read."""
+    fd, _ = open_regular(path)
+    with os.fdopen(fd, 'rb') as f:
+        if f.read(4) != ELF_MAGIC:
+            return []
+    with ElfFile.open(path) as elf:
+        sec = elf.section_by_name(CHUNK_SECTION)
+        return [] if sec is None else split_chunks(elf.section_data(sec), elf.byteorder)
 
 
 def _as_linked_alone(elf: ElfFile, sec: Section, raw: bytes) -> bytes:

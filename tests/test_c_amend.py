@@ -5,7 +5,7 @@ In the compiled build, ``load_compiler_btf`` loads GCC's BTF in C
 (``c_load``); ``_Loader`` (``python_load``) is its Python twin, which the
 pure-Python build runs and which takes over wherever the C gives up (None).
 Where the C runs, it must give what the Python gives: the same types and
-ids, the same variables placed, functions chosen and facts.  Where the
+ids, the same variables placed, functions chosen, facts and losses.  Where the
 Python raises, the C must give up.  test_compiler_btf.py compares the
 result with what the DWARF path gives for the same source.
 """
@@ -60,7 +60,7 @@ def shape(loaded) -> tuple:
     """Everything a Loaded holds, comparable."""
     return ([t.key() for t in loaded.btf.types], loaded.btf.byteorder,
             {sec: list(rows) for sec, rows in loaded.entries.items()},
-            loaded.functions, loaded.variables, list(loaded.facts.items()))
+            loaded.functions, loaded.variables, list(loaded.facts.items()), loaded.losses)
 
 
 def outcomes(elf: ElfFile, data: bytes, features: Features) -> tuple:
@@ -135,13 +135,15 @@ def damaged(data: bytes, rng: random.Random) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.parametrize('source', ['kinds', 'lost_enumerators'])
 @pytest.mark.parametrize('target', ['x86_64', 's390x'])
-def test_damaged_copies(tmp_path, target):
-    """1,000 damaged copies of GCC's BTF of kinds.c: the C gives what the
+def test_damaged_copies(tmp_path, target, source):
+    """1,000 damaged copies of GCC's BTF of kinds.c (every kind), and of
+    lost_enumerators.c (the losses its enums show): the C gives what the
     Python gives, or gives up; where the Python raises, the C gives up.
     Some of each must happen, or the damage tested nothing."""
-    obj = compile_gbtf(C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', target)
-    rng = random.Random(f'amend-{target}')
+    obj = compile_gbtf(C_FIXTURES / f'{source}.c', tmp_path / f'{source}.o', target)
+    rng = random.Random(f'amend-{target}' + ('' if source == 'kinds' else f'-{source}'))
     gave_up = agreed = 0
     with ElfFile.open(str(obj)) as elf:
         data = btf_of(elf)

@@ -23,6 +23,7 @@ from kbuild_tree import (REFERENCE_MODULES, KernelBuild, assert_the_running_kern
                          assert_valid_split_btf, sections, vdso_image, vmlinux_members)
 from kernel_matrix import BY_FIXTURE
 from objbtf.btf import Btf, parse_btf
+from objbtf.btf_file import chunks_of
 from objbtf.elf.reader import ElfFile
 from saved_commands import saved_command
 
@@ -137,6 +138,20 @@ def test_with_kallsyms_the_btf_link_keeps_only_its_symbols(kbuild_6_1_gbtf_kalls
     assert len(modules) == 3
     for ko in modules:
         assert_valid_split_btf(vmlinux, ko)
+
+
+def test_the_btf_link_says_what_the_btf_lacks(gbtf, dwarf_path):
+    """Under Kbuild's quiet output, vmlinux's BTF link says once, in two
+    lines, that its BTF came from GCC's -gbtf and lacks what GCC 12's
+    lacks; no module link says it.  Every enum an object's chunk counted
+    lost enumerators on the DWARF path too (``lost_enumerators``): no
+    false positive on a real kernel."""
+    notes = [line for line in gbtf.stderr.splitlines() if line.startswith('objbtf link: note: ')]
+    assert len(notes) == 2 and 'enumerators outside 32 bits (' in notes[0], notes
+    assert 'docs/dwarfless.md' in notes[1]
+    counted = {name for obj in vmlinux_members(gbtf.build) for chunk in chunks_of(str(obj))
+               for _, name in chunk.losses}
+    assert counted <= set(lost_enumerators(dwarf_path.btf))
 
 
 def test_vmlinux_btf_is_valid(gbtf, kernel_loader):

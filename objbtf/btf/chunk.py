@@ -2,10 +2,10 @@
 
 One chunk per object, in the target's byte order; ld concatenates the chunks
 of all objects like the .BTF blobs, in the same order, each 8-aligned.
-Version 5:
+Version 6:
 
     0   char magic[4] = "OBTF"
-    4   u16  version = 5      the layout (this docstring) and the facts it records
+    4   u16  version = 6      the layout (this docstring) and the facts it records
     6   u16  hash_scheme      btf/hashing.py's HASH_SCHEME when the hashes were made
     8   u32  size             of the whole chunk, padding included (a multiple of 8)
     12  u32  name_len         bytes of the name, without padding
@@ -26,6 +26,13 @@ Version 5:
                               link needs (objbtf/btf/function_rules.py): per name, in name
                               order, a flag byte and the name, NUL-terminated
         zero padding to a multiple of 8
+        u32  source           where the types came from: FROM_DWARF (0; also an
+                              object without types) or FROM_COMPILER_BTF (1, gcc -gbtf)
+        u32  losses_len       bytes of the losses that follow
+        losses                what the compiler's BTF shows it lost (LOST_* below,
+                              objbtf/compiler_btf/loader.py): per type, in type order,
+                              a LOST_* byte and the type's name, NUL-terminated
+        zero padding to a multiple of 8
 
 An object that objbtf encoded but that has no types (assembly, -g0) gets a
 chunk with count 0 and btf_size 0, and no .BTF blob: it tells the link that
@@ -41,7 +48,8 @@ encoder checked against the kernel's rules.
 Later versions keep the 24-byte header and the name where they are, so that
 any objbtf can name, and step over, a chunk it cannot read.  A new
 function fact is a new version too: an older chunk would not say it, and
-the link would keep what a rebuilt object drops.  Version 4 had no
+the link would keep what a rebuilt object drops.  Version 5 had no
+``source`` and losses, version 4 no
 ``FACT_REORDERED`` and ``FACT_OPTIMIZED_CLONE``, version 3 no checksum,
 version 2 no function facts either; version 1 had a 16-byte header (magic,
 version, u16 0, count, btf_size) and no name.
@@ -65,7 +73,21 @@ from .kinds import KINDS, Kind
 
 SECTION = '.BTF.objbtf'
 MAGIC = b'OBTF'
-VERSION = 5
+VERSION = 6
+#: Where an object's types came from (a chunk's ``source``).
+FROM_DWARF = 0
+FROM_COMPILER_BTF = 1
+#: What a compiler's BTF lost, as far as its own types show it
+#: (docs/dwarfless.md: GCC 12 drops every enumerator outside the 32-bit
+#: signed range): an enum with no enumerators, which C does not allow (GCC
+#: writes a declared one as a FWD) ...
+LOST_ALL_ENUMERATORS = 1
+#: ... or one of 8 bytes whose enumerators all fit in 31 bits: the value
+#: that made it 8 bytes is gone.
+LOST_WIDE_ENUMERATORS = 2
+#: Each loss, as ``objbtf check`` says it: "lost {LOSSES[loss]} enum NAME".
+LOSSES = {LOST_ALL_ENUMERATORS: 'every enumerator (all outside 32 bits) of',
+          LOST_WIDE_ENUMERATORS: 'the enumerators past 32 bits of'}
 _HEADER = struct.Struct('4sHHIIII')         # magic .. btf_size, without the byte order
 _CHECKSUM_LEN = 8                           # u32 checksum, u32 0
 _V1_HEADER = 16
@@ -78,20 +100,22 @@ _NONZERO = re.compile(b'[^\0]')
 class Chunk:
     """One object's chunk.
 
-    ``hashes``, ``offsets``, ``flags`` and ``facts`` (function name ->
-    FACT_* bits, as ``raw_facts`` in the chunk) are read only from a chunk
-    this objbtf can use (``usable``); ``name`` is None for a version 1
-    chunk, ``position`` is where the chunk starts in the section.
+    ``hashes``, ``offsets``, ``flags``, ``facts`` (function name ->
+    FACT_* bits, as ``raw_facts`` in the chunk), ``source`` and ``losses``
+    ((LOST_*, type name) pairs) are read only from a chunk this objbtf can
+    use (``usable``); ``name`` is None for a version 1 chunk, ``position``
+    is where the chunk starts in the section.
     ``checksum`` is the one the chunk records, ``crc`` the checksum of the
     chunk as read, to be continued over its blob (``describes``); both are
     None for a chunk the link made itself.
     """
-    __slots__ = ('btf_size', 'checksum', 'count', 'crc', 'facts', 'flags', 'hashes', 'name',
-                 'offsets', 'position', 'raw_facts', 'scheme', 'version')
+    __slots__ = ('btf_size', 'checksum', 'count', 'crc', 'facts', 'flags', 'hashes', 'losses',
+                 'name', 'offsets', 'position', 'raw_facts', 'scheme', 'source', 'version')
 
     def __init__(self, name: str | None, version: int, scheme: int | None, position: int,
                  count: int, btf_size: int, hashes: array | None = None,
-                 offsets: array | None = None, flags: bytes = b'', raw_facts: bytes = b''):
+                 offsets: array | None = None, flags: bytes = b'', raw_facts: bytes = b'',
+                 source: int = FROM_DWARF, losses: list[tuple[int, str]] | None = None):
         self.name = name
         self.version = version
         self.scheme = scheme
@@ -103,6 +127,8 @@ class Chunk:
         self.flags = flags
         self.raw_facts = raw_facts
         self.facts = decode_facts(raw_facts)
+        self.source = source
+        self.losses = losses or []
         self.checksum: int | None = None
         self.crc: int | None = None
 
@@ -140,10 +166,12 @@ class Chunk:
 
 
 def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes | bytearray,
-                 blob: bytes, byteorder: str, facts: dict[str, int] | None = None) -> bytes:
+                 blob: bytes, byteorder: str, facts: dict[str, int] | None = None,
+                 source: int = FROM_DWARF, losses: Sequence[tuple[int, str]] = ()) -> bytes:
     """The chunk for the object ``name`` and its .BTF ``blob``; ``hashes``
     and ``flags`` are indexed by type id (index 0, void, is left out),
-    ``offsets`` by id - 1; ``facts`` are its functions' (objbtf/btf/function_rules.py)."""
+    ``offsets`` by id - 1; ``facts`` are its functions' (objbtf/btf/function_rules.py);
+    ``source`` where its types came from, ``losses`` what that source lost."""
     count = len(offsets)
     e = order_char(byteorder)
     raw_name = os.fsencode(name)
@@ -154,13 +182,16 @@ def encode_chunk(name: str, hashes: list[int], offsets: list[int], flags: bytes 
         o.byteswap()
     tables = h.tobytes() + o.tobytes() + bytes(flags[1:])
     raw_facts = encode_facts(facts or {})
-    tail = struct.pack(e + 'I', len(raw_facts)) + raw_facts
+    raw_losses = b''.join([bytes((lost,)) + type_name.encode() + b'\0'
+                           for lost, type_name in losses])
+    tail = _padding(struct.pack(e + 'I', len(raw_facts)) + raw_facts) \
+        + _padding(struct.pack(e + 'II', source, len(raw_losses)) + raw_losses)
     size = (_HEADER.size + _padded(len(raw_name)) + _CHECKSUM_LEN + _padded(len(tables))
-            + _padded(len(tail)))
+            + len(tail))
     header = struct.pack(e + _HEADER.format, MAGIC, VERSION, HASH_SCHEME, size,
                          len(raw_name), count, len(blob))
     head = header + raw_name + bytes(-len(raw_name) % 8)
-    body = tables + bytes(-len(tables) % 8) + tail + bytes(-len(tail) % 8)
+    body = _padding(tables) + tail
     crc = _blob_crc(_chunk_crc(head, body), blob, offsets, flags[1:])
     return head + struct.pack(e + 'II', crc, 0) + body
 
@@ -248,17 +279,23 @@ def _read_chunk(view: memoryview, pos: int, e: str, version: int,
     checksum_at = tables
     tables += _CHECKSUM_LEN
     facts_at = tables + _padded(13 * count)
-    facts_len = (struct.unpack_from(e + 'I', view, facts_at)[0]
-                 if facts_at + 4 <= pos + size else -1)
-    if pos + size != facts_at + _padded(4 + facts_len) or (count == 0) != (btf_size == 0):
+    end = pos + size
+    # (a length of -1: its field is past the end, and so the chunk inconsistent)
+    facts_len = struct.unpack_from(e + 'I', view, facts_at)[0] if facts_at + 4 <= end else -1
+    losses_at = facts_at + _padded(4 + facts_len)
+    source, losses_len = (struct.unpack_from(e + 'II', view, losses_at)
+                          if facts_len >= 0 and losses_at + 8 <= end else (FROM_DWARF, -1))
+    if end != losses_at + _padded(8 + losses_len) or (count == 0) != (btf_size == 0):
         raise BtfError(f'{SECTION}: the chunk of {chunk.label} at offset {pos} is '
                        f'inconsistent ({count} types, {btf_size} bytes of BTF, chunk size {size})')
     try:
         chunk = Chunk(name, version, scheme, pos, count, btf_size,
-                      raw_facts=bytes(view[facts_at + 4:facts_at + 4 + facts_len]))
+                      raw_facts=bytes(view[facts_at + 4:facts_at + 4 + facts_len]),
+                      source=source, losses=_decode_losses(
+                          bytes(view[losses_at + 8:losses_at + 8 + losses_len])))
     except (ValueError, UnicodeDecodeError):
         raise BtfError(f'{SECTION}: the chunk of {chunk.label} at offset {pos} has corrupt '
-                       'function facts') from None
+                       'function facts or losses') from None
     chunk.checksum = struct.unpack_from(e + 'I', view, checksum_at)[0]
     chunk.crc = _chunk_crc(view[pos:checksum_at], view[tables:pos + size])
     chunk.hashes = array('Q')
@@ -272,6 +309,18 @@ def _read_chunk(view: memoryview, pos: int, e: str, version: int,
     return chunk, pos + size
 
 
+def _decode_losses(data: bytes) -> list[tuple[int, str]]:
+    """A chunk's losses, as ``encode_chunk`` wrote them; ValueError if they
+    are malformed."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        end = data.index(b'\0', pos + 1)
+        out.append((data[pos], data[pos + 1:end].decode()))
+        pos = end + 1
+    return out
+
+
 def _after(before: list[Chunk]) -> str:
     """Where a broken chunk is, by the object before it."""
     named = [c.label for c in before if c.name]
@@ -280,3 +329,8 @@ def _after(before: list[Chunk]) -> str:
 
 def _padded(n: int) -> int:
     return n + (-n % 8)
+
+
+def _padding(data: bytes) -> bytes:
+    """``data`` zero-padded to a multiple of 8."""
+    return data + bytes(-len(data) % 8)

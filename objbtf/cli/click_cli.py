@@ -184,6 +184,9 @@ def check(file: str, base_path: str | None, kernel: bool) -> None:
 
     Prints OK, or the first offending type and what is wrong with it; the
     exit status is 1 when a rule is broken or the kernel rejects the BTF.
+    An object encoded from GCC's BTF (gcc -gbtf) also gets a line per kind
+    of loss its encode counted there (enums that lost enumerators past 32
+    bits), which fails nothing.
     """
     from ..btf.validate import validate_bytes
     raw, base, pointer_size = _read_or_exit(file, base_path)
@@ -193,8 +196,35 @@ def check(file: str, base_path: str | None, kernel: bool) -> None:
                                                 if len(problems) > 1 else ''))
     else:
         click.echo(f'{file}: OK, BTF follows the kernel\'s rules')
+    for line in _loss_lines(file):
+        click.echo(line)
     rejected = kernel and not _kernel_verdict(file, raw, base)
     sys.exit(1 if problems or rejected else 0)
+
+
+def _loss_lines(file: str) -> list[str]:
+    """What the compiler's BTF of each object in ``file`` lost, as its
+    chunk counted it: a line per object and kind of loss, naming the enums.
+    Nothing for a file without chunks, or whose chunks cannot be read:
+    the check is of the BTF, and the link names a broken chunk."""
+    from ..btf.chunk import LOSSES
+    from ..btf_file import chunks_of
+    from ..errors import ObjbtfError, shown
+    try:
+        chunks = chunks_of(file)
+    except (OSError, ObjbtfError):
+        return []
+    out = []
+    for chunk in chunks:
+        where = file if len(chunks) == 1 else f'{file}: {chunk.label}'
+        by_kind: dict[int, list[str]] = {}
+        for lost, name in chunk.losses:
+            by_kind.setdefault(lost, []).append(f'enum {shown(name) or "(anon)"}')
+        for lost, enums in sorted(by_kind.items()):
+            what = LOSSES.get(lost, f'something (loss {lost}) of')
+            out.append(f"{where}: its compiler's BTF lost {what} {', '.join(enums)} "
+                       '(docs/dwarfless.md)')
+    return out
 
 
 def _kernel_verdict(file: str, raw: bytes, base) -> bool:
@@ -238,7 +268,9 @@ def link(**values) -> None:
     relink after edits that changed no type (function bodies) reuses the
     last link and only places the variables anew; with --types-stamp, the
     stamp file changes only when the types do.  A summary goes to
-    stderr, unless --quiet (Kbuild: unless V=1).
+    stderr, unless --quiet (Kbuild: unless V=1); a link that is not a
+    module's, of objects whose BTF came from GCC's -gbtf, then says in two
+    lines, even with --quiet, what that BTF lacks (docs/dwarfless.md).
     \b
     Examples:
       objbtf link --objects vmlinux.a --cache .btf.vmlinux.cache \\

@@ -110,7 +110,8 @@ def output_of(command: list[str]) -> str | None:
 
 
 def run_link(settings: LinkSettings) -> list[str]:
-    """Link; the summary's lines (none if ``settings.quiet``).  Raises Failure."""
+    """Link; the summary's lines (none if ``settings.quiet``), then what a
+    DWARF-less vmlinux's BTF lacks, even if quiet.  Raises Failure."""
     from linkdedup.objects import ObjectsError
     from linkdedup.pipeline import LinkError, link
     from linkdedup.workers import WorkerError
@@ -123,4 +124,4 @@ def run_link(settings: LinkSettings) -> list[str]:
     except (ObjbtfError, OSError) as err:
         raise Failure(f'{getattr(err, "filename", None) or settings.file}: '
                       f'{error_text(err)}') from None
-    return [] if settings.quiet else summary.lines()
+    return ([] if settings.quiet else summary.lines()) + summary.dwarfless_note()

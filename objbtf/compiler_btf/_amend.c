@@ -6,7 +6,8 @@
  * names) instead of reader.parse_btf's model of it, then makes the same
  * choices as _Loader, in the same order: which types stay (_choose), the
  * FWDs that are enums (_enum_forwards), the output order and ids (_order,
- * _number) and the kept types as model objects (_build), calling the
+ * _number), the kept types as model objects (_build) and what GCC's enums
+ * show it lost (_losses), calling the
  * Python back for a VAR's placement (the object's symbols decide it), takes
  * the functions' sort keys as a dict and calls rules.py for the types it
  * amends (base types, enums), so that pahole's rules stay in one place.
@@ -34,6 +35,8 @@
 #define INT_RESERVED 0xf000ff00u
 #define INT_SIGNED 1
 #define INT_BOOL 4
+#define LOST_ALL_ENUMERATORS 1      /* chunk.LOST_ALL_ENUMERATORS */
+#define LOST_WIDE_ENUMERATORS 2     /* chunk.LOST_WIDE_ENUMERATORS */
 #define HAS_VLEN (STRUCTS | ENUMS | BIT(K_FUNC) | BIT(K_FUNC_PROTO) | BIT(K_DATASEC))
 #define PLAIN_REFERENCES (ONE_REF & ~BIT(K_DECL_TAG))
 
@@ -790,6 +793,45 @@ static PyObject *build_one(struct src *s, const struct order *o, uint32_t i, PyO
 	return amended(s, i, name, features);
 }
 
+/* _Loader._losses: a GCC ENUM with a size, without enumerators (all lost)
+ * or of 8 bytes with none past 31 bits (the wide ones lost). */
+static uint32_t lost_enumerators(const struct src *s, uint32_t i)
+{
+	uint32_t v, size;
+
+	if (s->kind[i] != K_ENUM || !(size = word(s, i, 2)))
+		return 0;
+	v = vlen_of(s, i);
+	if (!v)
+		return LOST_ALL_ENUMERATORS;
+	if (size <= 4)
+		return 0;
+	for (uint32_t e = 0; e < v; e++)
+		if (word(s, i, 4 + 2 * e) >> 31)
+			return 0;
+	return LOST_WIDE_ENUMERATORS;
+}
+
+/* _Loader._losses: (chunk.LOST_*, name) of each enum that lost values, in
+ * id order; NULL on an error. */
+static PyObject *losses(struct src *s)
+{
+	PyObject *out = PyList_New(0);
+
+	for (uint32_t i = 1; out && i < s->n; i++) {
+		uint32_t lost = lost_enumerators(s, i);
+		PyObject *name = lost ? name_at(s, word(s, i, 0)) : NULL, *row;
+
+		if (!lost)
+			continue;
+		row = name ? Py_BuildValue("(IO)", lost, name) : NULL;
+		if (!row || PyList_Append(out, row))
+			Py_CLEAR(out);
+		Py_XDECREF(row);
+	}
+	return out;
+}
+
 /* ---- the module ----------------------------------------------------------- */
 
 static void release(struct src *s, struct order *o)
@@ -848,7 +890,7 @@ static PyObject *load(PyObject *self, PyObject *args)
 	int var, decl_tag, type_tag, ptr_size;
 	struct src s = {0};
 	struct order o = {0};
-	PyObject *chosen = NULL, *vars_ = NULL, *types = NULL, *ids = NULL;
+	PyObject *chosen = NULL, *vars_ = NULL, *types = NULL, *ids = NULL, *lost = NULL;
 
 	if (!PyArg_ParseTuple(args, "y*OO!O!Opppi:load", &data, &ctx, &PySet_Type, &keys,
 			      &PyDict_Type, &func_keys, &features, &var, &decl_tag, &type_tag,
@@ -867,9 +909,9 @@ static PyObject *load(PyObject *self, PyObject *args)
 	enum_forwards(&s);
 	if (order_types(&s, &o, func_keys, vars_) || number(&s, &o, type_tag)
 	    || !(types = build(&s, &o, features, vars_)) || types == Py_None
-	    || !(ids = placed_ids(&o, vars_)))
+	    || !(ids = placed_ids(&o, vars_)) || !(lost = losses(&s)))
 		goto fail;
-	out = Py_BuildValue("(OIOO)", types, o.index_type, ids, chosen);
+	out = Py_BuildValue("(OIOOO)", types, o.index_type, ids, chosen, lost);
 	goto done;
 fail:
 	if (PyErr_Occurred())
@@ -882,6 +924,7 @@ done:
 	Py_XDECREF(vars_);
 	Py_XDECREF(types);
 	Py_XDECREF(ids);
+	Py_XDECREF(lost);
 	release(&s, &o);
 	PyBuffer_Release(&data);
 	return out;
@@ -913,7 +956,7 @@ static PyMethodDef methods[] = {
 	{"load", load, METH_VARARGS,
 	 "load(blob, symbols, function keys, function sort keys, features, var, decl_tag, "
 	 "type_tag, pointer size) -> (types, index type, new ids of the placed VARs, chosen "
-	 "functions), as _Loader makes them, or None where loader.py must decide."},
+	 "functions, losses), as _Loader makes them, or None where loader.py must decide."},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -14,7 +14,8 @@ them; the loader fixes each:
 - enum values as 32-bit numbers without the signedness flag, and enums of
   8 bytes as ENUM: read as the signed values GCC stores, then pahole's
   ENUM/ENUM64 rule.  GCC drops the enumerators whose value does not fit in
-  32 bits: they stay missing (README: compiler BTF);
+  32 bits: they stay missing (docs/dwarfless.md), and the chunk counts
+  the enums that show it (``_losses``);
 - multi-dimensional arrays as nested ARRAYs (inner dimension outermost)
   indexed by ``long unsigned int``: one ARRAY of the product indexed by the
   unit's ``int``, as pahole flattens them;
@@ -32,6 +33,7 @@ from itertools import compress, repeat
 from typing import Any, Final, cast
 
 from .. import c_extension
+from ..btf.chunk import FROM_COMPILER_BTF, LOST_ALL_ENUMERATORS, LOST_WIDE_ENUMERATORS
 from ..btf.errors import BtfError
 from ..btf.kinds import (
     INT_BOOL, INT_SIGNED, KINDS, VAR_GLOBAL_ALLOCATED, VAR_STATIC, Kind,
@@ -72,7 +74,7 @@ def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
     assert sec is not None          # encode_file looked first
     loaded = load_compiler_btf(elf, elf.section_data(sec), features)
     return finish_encoding(loaded.btf, elf, loaded.entries, name, loaded.functions,
-                           loaded.variables, loaded.facts, source="its compiler's BTF")
+                           loaded.variables, loaded.facts, FROM_COMPILER_BTF, loaded.losses)
 
 
 def load_compiler_btf(elf: ElfFile, data: bytes, features: Features) -> Loaded:
@@ -95,9 +97,9 @@ def c_load(elf: ElfFile, data: bytes, features: Features) -> Loaded | None:
                        features.decl_tag, features.type_tag, elf.pointer_size)
         if made is None:
             return None
-        types, index_type, new_ids, chosen = made
+        types, index_type, new_ids, chosen, losses = made
         symbols.chosen.update(chosen)
-        return symbols.loaded(types, index_type, new_ids.__getitem__)
+        return symbols.loaded(types, index_type, new_ids.__getitem__, losses)
 
 
 def python_load(elf: ElfFile, data: bytes, features: Features) -> Loaded:
@@ -160,10 +162,10 @@ class _Symbols:
         return {key: _place_key(sym) for key, sym in self.functions.items()}
 
     def loaded(self, chosen: list[BtfType], index_type: int,
-               new_id: Callable[[int], int]) -> Loaded:
+               new_id: Callable[[int], int], losses: list[tuple[int, str]]) -> Loaded:
         """The result: the kept types ``chosen`` in order, the arrays'
         index type added if it is past them, the placed VARs by section
-        with their new ids (``new_id`` of their source ids)."""
+        with their new ids (``new_id`` of their source ids), ``losses``."""
         n_funcs = sum([t.kind is _FUNC for t in chosen])
         out = Btf(types=[VOID, *chosen], byteorder=self.elf.byteorder)
         if index_type == out.next_id:
@@ -172,7 +174,7 @@ class _Symbols:
         for i, p in self.placements.items():
             entries.setdefault(p.section, []).append((p, new_id(i)))
         facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
-        return Loaded(out, entries, n_funcs, len(self.placements), facts)
+        return Loaded(out, entries, n_funcs, len(self.placements), facts, losses)
 
 
 class _Loader:
@@ -202,7 +204,7 @@ class _Loader:
             enum_forwards = self._enum_forwards(keep)
             order, new_id, index_type = self._number(self._order(keep))
             chosen = self._build(order, new_id, index_type, enum_forwards)
-            return self.sym.loaded(chosen, index_type, new_id.__getitem__)
+            return self.sym.loaded(chosen, index_type, new_id.__getitem__, self._losses())
 
     def _build(self, order: list[int], new_id: list[int], index_type: int,
                enum_forwards: set[int]) -> list[BtfType]:
@@ -274,6 +276,27 @@ class _Loader:
                     ref = heads[ref][2]
                 if 0 < ref < n and heads[ref][0] is _FWD and not words[at[ref] + 1] >> 31:
                     out.add(ref)
+        return out
+
+    def _losses(self) -> list[tuple[int, str]]:
+        """What GCC's enums show it lost, as (chunk.LOST_*, name), in id
+        order.  GCC 12 writes only the enumerators whose value fits in 32
+        bits, signed (or whose 64 bits sign-extend from 32: an unsigned
+        0xffffffffffffffff as -1).  So an ENUM without enumerators (C
+        allows none such, and GCC writes a declared enum as a FWD) lost
+        them all, and one of 8 bytes whose enumerators all fit in 31 bits
+        lost the value that made it 8 bytes.  An 8-byte one with a negative
+        value, or a 4-byte one that lost only some (an unsigned value from
+        2^31), looks whole."""
+        words, at = self.words, self.at
+        out = []
+        for i, (k, name, size, vlen, _) in enumerate(self.heads):
+            if k is not _ENUM or not size:
+                continue
+            if not vlen:
+                out.append((LOST_ALL_ENUMERATORS, name))
+            elif size > 4 and max(words[at[i] + 4:at[i] + 3 + 2 * vlen:2]) < 1 << 31:
+                out.append((LOST_WIDE_ENUMERATORS, name))
         return out
 
     # ---- which types stay ------------------------------------------------

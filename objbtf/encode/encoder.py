@@ -7,11 +7,13 @@ pyelftools) and applies DWARF relocations in bulk.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Final, NamedTuple
 
 from ..btf.dedup import dedup, dedup_blob
 from ..btf.hashing import blob_hashes
-from ..btf.chunk import SECTION as CHUNK_SECTION, encode_chunk, typeless_chunk
+from ..btf.chunk import (FROM_COMPILER_BTF, FROM_DWARF, SECTION as CHUNK_SECTION, encode_chunk,
+                         typeless_chunk)
 from ..btf.kinds import BTF_HEADER_LEN, KINDS, Kind
 from ..btf.reader import parse_btf
 from ..btf.validate import Problem, first_problem, first_problem_of_blob
@@ -41,6 +43,8 @@ STT_OBJECT, STT_SECTION = 1, 3
 PERCPU_SECTION = '.data..percpu'
 #: Variable names pahole never encodes: compiler and macro helpers.
 SKIPPED_VAR_PREFIXES = ('__UNIQUE_ID', '__tpstrtab_', '__exitcall_')
+#: Each source of types (chunk.FROM_*), as messages name it.
+SOURCE_NAMES: Final = {FROM_DWARF: 'its DWARF', FROM_COMPILER_BTF: "its compiler's BTF"}
 
 
 class EncodeError(ObjbtfError):
@@ -59,13 +63,15 @@ class VarPlacement(NamedTuple):
 class Loaded(NamedTuple):
     """An object's types as a loader made them (its DWARF, its compiler's
     BTF), before ``finish_encoding``: each chosen variable's placement by
-    section, counts, and the functions' facts for the link
-    (``objbtf.btf.function_rules``)."""
+    section, counts, the functions' facts for the link
+    (``objbtf.btf.function_rules``), and what the source shows it lost
+    ((chunk.LOST_*, type name): a compiler's BTF only)."""
     btf: Btf
     entries: dict[int, list[tuple[VarPlacement, int]]]
     functions: int
     variables: int
     facts: dict[str, int]
+    losses: list[tuple[int, str]]
 
 
 class Encoded(NamedTuple):
@@ -120,7 +126,7 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
         functions.add(loader, cu)
         if features.var:
             n_vars += _add_variables(loader, cu, places, features, entries)
-    return Loaded(btf, entries, len(functions.first), n_vars, functions.facts)
+    return Loaded(btf, entries, len(functions.first), n_vars, functions.facts, [])
 
 
 def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:
@@ -136,18 +142,22 @@ def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:
 
 def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPlacement, int]]],
                     name: str, n_funcs: int, n_vars: int, facts: dict[str, int],
-                    source: str = 'its DWARF') -> Encoded:
+                    from_source: int = FROM_DWARF,
+                    losses: Sequence[tuple[int, str]] = ()) -> Encoded:
     """What every loader's types go through: a DATASEC per input section
     from ``entries`` (section index -> each variable's placement and VAR
-    id), the object's dedup, the check that the kernel would accept it
-    (``source`` names where the types came from), the blob, its
-    relocations and the chunk, with ``facts`` on the functions."""
+    id), the object's dedup, the check that the kernel would accept it,
+    the blob, its relocations and the chunk, with ``facts`` on the
+    functions, where the types came from (``from_source``, chunk.FROM_*)
+    and the ``losses`` that source shows."""
+    source = SOURCE_NAMES[from_source]
     placements = _add_datasecs(btf, elf, entries)
     offsets: list[int] = []
     try:
         out, raw, datasecs = _deduplicated(btf, offsets, source, elf.pointer_size)
         hashes, flags = blob_hashes(out, raw)
-        chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts)
+        chunk = encode_chunk(name, hashes, offsets, flags, raw, elf.byteorder, facts,
+                             from_source, losses)
     except UnicodeEncodeError as err:
         # Names are read as UTF-8, other bytes kept as surrogates: one
         # from a damaged string table (a section's, in clang's shared one)
