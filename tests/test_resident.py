@@ -723,7 +723,8 @@ def test_the_server_warms_what_commands_import(tmp_path):
 
 def test_a_killed_command_is_one_line_and_status_1(tmp_path, runtime):
     """The server's process for a command killed (say by the OOM killer):
-    the client says so on one line and exits 1, and does not run it again."""
+    the client says so on one line, naming the command and its last
+    argument (an encode's object), exits 1, and does not run it again."""
     tree = Tree(tmp_path, runtime)
     assert tree.run('cc', '--', 'true').returncode == 0
     [server] = tree.servers()
@@ -736,8 +737,8 @@ def test_a_killed_command_is_one_line_and_status_1(tmp_path, runtime):
     os.kill(compiler, signal.SIGKILL)       # orphaned, it would hold the client's pipes
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and out == ''
-    assert err.splitlines() == ['objbtf: cc: the resident server\'s process for this command '
-                                'ended without an exit status']
+    assert err.splitlines() == ['objbtf: cc echo $$ >> runs; exec sleep 60: the resident '
+                                'server\'s process for this command ended without an exit status']
     assert (tmp_path / 'runs').read_text() == f'{compiler}\n'       # run once
     tree.stop()
 

@@ -411,7 +411,9 @@ int main(int argc, char **argv)
 			return (uint8_t)buf[4] | (uint8_t)buf[5] << 8 | (uint8_t)buf[6] << 16
 			       | (uint32_t)(uint8_t)buf[7] << 24;
 	}
-	fprintf(stderr, "objbtf: %s: the resident server's process for this command "
-		"ended without an exit status\n", args[0]);
+	/* the command and its last argument (the file of encode and link) */
+	fprintf(stderr, "objbtf: %s%s%s: the resident server's process for this command "
+		"ended without an exit status\n", args[0], nargs > 1 ? " " : "",
+		nargs > 1 ? args[nargs - 1] : "");
 	return 1;
 }

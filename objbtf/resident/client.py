@@ -123,7 +123,8 @@ def _request(path: str, argv: list[str]):
         finally:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
         if done is None or len(done) != 8 or not done.startswith(REPLY_EXIT):
-            print(f'objbtf: {argv[0]}: the resident server\'s process for this command '
+            what = ' '.join(argv[:1] + argv[1:][-1:])    # the file of encode and link
+            print(f'objbtf: {what}: the resident server\'s process for this command '
                   'ended without an exit status', file=sys.stderr)
             return 1
         return int.from_bytes(done[4:], 'little', signed=True)
