@@ -25,10 +25,7 @@ def read_btf(path: str) -> tuple[bytes, int]:
     built for: its .BTF section and its ELF class's 4 or 8 if it is ELF,
     else the file and 0 (raw BTF does not record it; the check then takes
     the size of its ``long``: ``validate.pointer_size``)."""
-    fd, _ = open_regular(path)
-    with os.fdopen(fd, 'rb') as f:
-        head = f.read(4)
-    if head != ELF_MAGIC:
+    if not _is_elf(path):
         return read_regular(path), 0
     with ElfFile.open(path) as elf:
         sec = elf.section_by_name('.BTF')
@@ -41,13 +38,18 @@ def chunks_of(path: str) -> list[Chunk]:
     """The ``.BTF.objbtf`` chunks of ``path``: an encoded object's one, a
     relocatable link's of each object; none for raw BTF or a file without
     them.  BtfError (or ElfError) where they cannot be read."""
-    fd, _ = open_regular(path)
-    with os.fdopen(fd, 'rb') as f:
-        if f.read(4) != ELF_MAGIC:
-            return []
+    if not _is_elf(path):
+        return []
     with ElfFile.open(path) as elf:
         sec = elf.section_by_name(CHUNK_SECTION)
         return [] if sec is None else split_chunks(elf.section_data(sec), elf.byteorder)
+
+
+def _is_elf(path: str) -> bool:
+    """Whether ``path`` (opened as a regular file only) starts as ELF does."""
+    fd, _ = open_regular(path)
+    with os.fdopen(fd, 'rb') as f:
+        return f.read(4) == ELF_MAGIC
 
 
 def _as_linked_alone(elf: ElfFile, sec: Section, raw: bytes) -> bytes:
