@@ -28,8 +28,11 @@ import ctypes
 import os
 import re
 import resource
+import shlex
 import signal
+import statistics
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -264,3 +267,48 @@ class PeakMemory:
                 except OSError:
                     pass
             self.peak_kb = max(self.peak_kb, total)
+
+
+class Run:
+    """One run of a command (in ``cwd``, with ``env``): wall and CPU
+    seconds, peak PSS and max RSS (MB).  A failed command ends the bench."""
+
+    def __init__(self, cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None):
+        start = time.monotonic()
+        with PeakMemory() as memory:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    cwd=cwd, env=env)
+            err = proc.stderr.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+        self.wall = time.monotonic() - start
+        if status != 0:
+            sys.exit(f'{shlex.join(cmd)} failed: {err.decode(errors="replace")[-500:]}')
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.pss = memory.peak_mb
+        self.rss = usage.ru_maxrss // 1024
+
+
+class Summary:
+    """Medians of wall and CPU, largest memory, over a command's runs."""
+
+    def __init__(self, runs: list[Run]):
+        self.runs = runs
+        self.wall = statistics.median(r.wall for r in runs)
+        self.cpu = statistics.median(r.cpu for r in runs)
+        self.pss = max(r.pss for r in runs)
+        self.rss = max(r.rss for r in runs)
+
+    def __str__(self) -> str:
+        return (f'{self.wall:.2f} s, CPU {self.cpu:.2f} s, peak PSS {self.pss} MB '
+                f'(largest process {self.rss} MB)')
+
+
+def interleaved(n: int, cmds: list[list[str]], cwd: Path | None = None,
+                env: dict[str, str] | None = None) -> list[Summary]:
+    """Each command's summary, the commands run in turns n times (A B A B):
+    load from elsewhere on the machine then falls on all of them alike."""
+    runs: list[list[Run]] = [[] for _ in cmds]
+    for _ in range(n):
+        for i, cmd in enumerate(cmds):
+            runs[i].append(Run(cmd, cwd, env))
+    return [Summary(r) for r in runs]

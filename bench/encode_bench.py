@@ -9,7 +9,7 @@ measures the CPU time (user + system, children included) of:
   - ``objbtf encode`` as Kbuild would run it: one command per object, from a
     plain install in bench/.venv, through the client ``objbtf server
     command`` prints (the one the integration asks objbtf for and runs,
-    kbuild-integration/README.md; the C client when it is built), or with
+    docs/resident-server.md; the C client when it is built), or with
     ``--client installed`` the ``objbtf`` script; with a resident
     server, the CPU of the server's work for it counts too (accounting.py:
     the server is reparented to this process, and its tree's CPU is read

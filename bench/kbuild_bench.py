@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Whole kernel builds with objbtf against the stock build (pahole), alternating.
 
-One copy of the Linux source (--source: 6.1, the default, or 6.12, from
-Debian's /usr/src/linux-source-VERSION.tar.xz), patched with
-kbuild-integration/apply, and one O= build directory per variant and
+One copy of the Linux source (--source: 6.1, the default, 6.12 or 7.2: the
+tarball scripts/get-linux-source.sh gives, Debian's linux-source-VERSION),
+patched with kbuild-integration/apply, and one O= build directory per variant and
 configuration, all at the same path depth and name length
 (WORK/VERSION/CONFIG/0, WORK/VERSION/CONFIG/1, ...), so that no variant's
 strings are longer.
@@ -14,19 +14,24 @@ The variants:
   NAME     --variant 'NAME=MAKE ARGS'      any other, e.g. the DWARF-less build:
            --gbtf is --variant 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
 
-``{objbtf}`` in make arguments is the objbtf under test: --objbtf-tree (default
-this checkout) installed into WORK/venv, as a user installs it, and given as
-a user gives it (the console script; the integration asks it once for its
-quick client, kbuild-integration/README.md).  A
-variable the patched Kbuild never mentions is refused (e.g. OBJBTF_GBTF
-before the DWARF-less switch exists).  Each variant's make arguments also
-go to its ``configure`` (Kconfig may read them).
+Every variant gets ``PAHOLE=`` --pahole (default: the installed one; for
+7.2 the newest, built from vendor/ by scripts/build-pahole.sh), whose
+version the report names: the stock build's BTF step, and on 6.x what
+chooses the features objbtf link is given.  ``{objbtf}`` in make arguments
+is the objbtf under test: --objbtf-tree (default this checkout) installed
+into WORK/venv, as a user installs it, and given as a user gives it (the
+console script; the integration asks it once for its quick client,
+docs/resident-server.md).  A variable the patched Kbuild never
+mentions is refused (e.g. OBJBTF_GBTF before the DWARF-less switch
+exists).  Each variant's make arguments also go to its ``configure``
+(Kconfig may read them).
 
 Configurations: ``reference`` (kbuild-integration/configs/reference.config,
 as build-kernel.sh) and ``modules`` (plus modules.config: about 120 more
 small modules), the default two; ``kallsyms`` (the reference plus
-bench/kallsyms.config), only when asked for.  Steps, each ``make -jN
-VARIANT vmlinux modules``:
+bench/kallsyms.config) and ``distro`` (x86_64 defconfig plus
+bench/distro.config: BTF and some 800 modules, bench/distro_config.py), only
+when asked for.  Steps, each ``make -jN VARIANT vmlinux modules``:
 
   full     from a freshly configured, empty O= directory
   vmlinux  after touching --touch (kernel/fork.c)
@@ -82,13 +87,18 @@ from harness import OTHERS_LIMIT, command_line, doubts, paired_ratio, record, tu
 
 HERE = Path(__file__).resolve().parent
 CONFIG_DIR = HERE.parent / 'kbuild-integration' / 'configs'
-SOURCES = ('6.1', '6.12')
+SOURCES = ('6.1', '6.12', '7.2')
 CONFIGS = {'reference': (CONFIG_DIR / 'reference.config',),
            'modules': (CONFIG_DIR / 'reference.config', CONFIG_DIR / 'modules.config'),
-           'kallsyms': (CONFIG_DIR / 'reference.config', HERE / 'kallsyms.config')}
+           'kallsyms': (CONFIG_DIR / 'reference.config', HERE / 'kallsyms.config'),
+           'distro': (HERE / 'distro.config',)}
+#: The configurations whose fragments go on another base than tinyconfig.
+BASES = {'distro': 'defconfig'}
 DEFAULT_CONFIGS = ['reference', 'modules']
 STEPS = ('full', 'vmlinux', 'module')
 GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
+#: Make variables of the stock Kbuild, which check_variables need not find.
+STOCK_VARIABLES = ('PAHOLE', 'CC')
 PROJECT_CPUS = (8, 32, 64)
 #: Kbuild's quiet output: "  CC      kernel/fork.o", "  LD [M]  drivers/net/veth.ko".
 COMMAND_LINE = re.compile(r'^  [A-Z][A-Z0-9_]*( \[M\])? +\S')
@@ -115,7 +125,7 @@ class Build:
     servers: dict = field(default_factory=dict)
 
 
-def variants_from(specs: list[str], objbtf: str) -> dict[str, list[str]]:
+def variants_from(specs: list[str], objbtf: str, pahole: str) -> dict[str, list[str]]:
     """NAME -> make arguments, stock first."""
     variants = {'stock': ['OBJBTF='], 'objbtf': [f'OBJBTF={objbtf}']}
     for spec in specs:
@@ -123,7 +133,9 @@ def variants_from(specs: list[str], objbtf: str) -> dict[str, list[str]]:
         if not sep or not re.fullmatch(r'[A-Za-z0-9_-]+', name) or name in variants:
             sys.exit(f'kbuild_bench: --variant {spec!r}: want NEW_NAME=MAKE ARGS')
         variants[name] = [a.replace('{objbtf}', objbtf) for a in shlex.split(args)]
-    return variants
+    # Every variant with the same pahole: on 6.x its version also chooses the
+    # features objbtf link is given (scripts/pahole-flags.sh, Makefile.btf).
+    return {name: [*args, f'PAHOLE={pahole}'] for name, args in variants.items()}
 
 
 def check_variables(src: Path, variants: dict[str, list[str]]) -> None:
@@ -131,6 +143,8 @@ def check_variables(src: Path, variants: dict[str, list[str]]) -> None:
     for name, args in variants.items():
         for arg in args:
             var = arg.partition('=')[0]
+            if var in STOCK_VARIABLES:
+                continue
             found = subprocess.run(['grep', '-rqw', '--', var, 'Makefile', 'scripts', 'lib/Kconfig.debug',
                                     'init/Kconfig'], cwd=src)
             if found.returncode != 0:
@@ -149,7 +163,8 @@ def source_tree(work: Path, integration: Path, version: str) -> Path:
         return src
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
-    tarball = f'/usr/src/linux-source-{version}.tar.xz'
+    tarball = subprocess.run([str(HERE.parent / 'scripts' / 'get-linux-source.sh'), version],
+                             check=True, capture_output=True, text=True).stdout.strip()
     subprocess.run(['tar', '-xf', tarball, '-C', str(src), '--strip-components=1'], check=True)
     subprocess.run([str(integration / 'apply'), str(src)], check=True, stdout=subprocess.DEVNULL)
     stamp.write_text(digest)
@@ -161,7 +176,8 @@ def configure(integration: Path, src: Path, build: Path, config: str, args: list
     in order; the variant's make arguments go to configure's makes too
     (Kconfig may read them)."""
     shutil.rmtree(build, ignore_errors=True)
-    subprocess.run([str(integration / 'configure'), str(src), str(build),
+    base = ['--base', BASES[config]] if config in BASES else []
+    subprocess.run([str(integration / 'configure'), *base, str(src), str(build),
                     *map(str, CONFIGS[config]), *args],
                    check=True, env=clean_env(), stdout=subprocess.DEVNULL)
 
@@ -228,7 +244,7 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
     return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict()
 
 
-def machine_state(objbtf_tree: Path, jobs: int) -> str:
+def machine_state(objbtf_tree: Path, jobs: int, pahole: str) -> str:
     def first_line(cmd: list[str]) -> str:
         r = subprocess.run(cmd, capture_output=True, text=True)
         return (r.stdout or r.stderr).splitlines()[0] if r.returncode == 0 else 'missing'
@@ -241,7 +257,8 @@ def machine_state(objbtf_tree: Path, jobs: int) -> str:
     return (f'{len(os.sched_getaffinity(0))} CPUs ({model}), {mem:.0f} GB, Linux {platform.release()}; '
             f'make -j{jobs}; nice {os.nice(0)}; load average at start '
             f'{" ".join(f"{x:.2f}" for x in os.getloadavg())}; {first_line(["gcc", "--version"])}; '
-            f'pahole {first_line(["pahole", "--version"])}; objbtf from {objbtf_tree} at {commit}')
+            f'stock pahole {pahole} {first_line([pahole, "--version"])}; '
+            f'objbtf from {objbtf_tree} at {commit}')
 
 
 def run(opts, work: Path, records: Path) -> dict:
@@ -250,7 +267,7 @@ def run(opts, work: Path, records: Path) -> dict:
     objbtf = installed_objbtf(opts.objbtf_tree, work / 'venv')
     env = clean_env(LC_ALL='C')
     resident = server_supported([objbtf], env)
-    variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), objbtf)
+    variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), objbtf, opts.pahole)
     if opts.without:
         variants = {name: args for name, args in variants.items() if name not in opts.without}
     if opts.ccache:
@@ -262,7 +279,9 @@ def run(opts, work: Path, records: Path) -> dict:
     src = source_tree(work, integration, opts.source)
     check_variables(src, variants)
     objbtf_cmd = [objbtf] if resident else None
-    described = {'machine': machine_state(opts.objbtf_tree, opts.jobs), 'command': command_line(),
+    described = {'machine': machine_state(opts.objbtf_tree, opts.jobs, opts.pahole),
+                 'command': command_line(),
+                 'peer': pahole_version(opts.pahole),
                  'variants': {name: shlex.join(args) for name, args in variants.items()},
                  'source': opts.source, 'resident': resident, 'jobs': opts.jobs,
                  'touch': opts.touch, 'touch_module': opts.touch_module,
@@ -337,9 +356,11 @@ def report(described: dict, builds: list[Build]) -> str:
         mine = [b for b in builds if b.config == config]
         if not mine:
             continue
+        base = f'{BASES[config]} + ' if config in BASES else ''
         out.append(f'Linux {described.get("source", "6.1")}, {config} configuration '
-                   f'({" + ".join(f.name for f in CONFIGS[config])}), make -j{described["jobs"]} '
-                   f'vmlinux modules; medians, ratios to {names[0]} per turn: median (range)')
+                   f'({base}{" + ".join(f.name for f in CONFIGS[config])}), make -j{described["jobs"]} '
+                   f'vmlinux modules; {names[0]} with {described.get("peer", "pahole 1.24")}; '
+                   f'medians, ratios to {names[0]} per turn: median (range)')
         out.append(f'{"step":8} {"variant":8} {"turns":>5} {"wall s":>8} {"CPU s":>8} {"tree MB":>8} '
                    f'{"others":>7}  {"wall ratio":>16} {"CPU ratio":>16} {"size":>5}')
         verdicts, projection, loaded = [], [], []
@@ -428,6 +449,14 @@ def projection_table(rows: list[tuple[str, str, dict[str, Phase]]], names: list[
     return out
 
 
+def pahole_version(pahole: str) -> str:
+    """'pahole v1.31' of the peer, which must run."""
+    r = subprocess.run([pahole, '--version'], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f'kbuild_bench: --pahole {pahole} does not run: {r.stderr.strip()}')
+    return f'pahole {r.stdout.strip()}'
+
+
 def short(seconds: float) -> str:
     return f'{seconds:.0f}' if seconds >= 10 else f'{seconds:.1f}'
 
@@ -445,6 +474,10 @@ def main() -> int:
     ap.add_argument('--touch', default='kernel/fork.c', help='vmlinux source touched for the vmlinux step')
     ap.add_argument('--touch-module', default='drivers/net/veth.c',
                     help='module source touched for the module step')
+    ap.add_argument('--pahole', default='pahole', metavar='PATH',
+                    help='the stock build\'s pahole (its make variable PAHOLE; the kernel '
+                         'chooses its flags by its version); for 7.2 the newest, built from '
+                         'vendor/ by scripts/build-pahole.sh (default: the installed one)')
     ap.add_argument('--variant', action='append', default=[], metavar="'NAME=MAKE ARGS'",
                     help='another variant ({objbtf} is the objbtf under test)')
     ap.add_argument('--gbtf', action='store_true', help=f"add the DWARF-less build: --variant '{GBTF}'")

@@ -59,7 +59,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent / 'testsupport')]
 os.environ['PYTHONPATH'] = os.pathsep.join(filter(None, [str(HERE.parent),
                                                          os.environ.get('PYTHONPATH')]))
 os.environ['OBJBTF_RESIDENT'] = '0'
-from accounting import PeakMemory  # noqa: E402
+from accounting import interleaved  # noqa: E402
 from encode_bench import reference_kernel  # noqa: E402
 from kernel_tree import VMLINUX_LINK, encoded_tree, pahole_flags  # noqa: E402
 from harness import record  # noqa: E402
@@ -67,47 +67,6 @@ from saved_commands import first_command  # noqa: E402
 
 #: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.
 SHARED_VMLINUX = '.tmp_vmlinux.shared'
-
-
-class Run:
-    """One run of a command: wall and CPU seconds, peak PSS and max RSS (MB)."""
-
-    def __init__(self, cmd: list[str]):
-        start = time.monotonic()
-        with PeakMemory() as memory:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            err = proc.stderr.read()
-            _, status, usage = os.wait4(proc.pid, 0)
-        self.wall = time.monotonic() - start
-        if status != 0:
-            sys.exit(f'{shlex.join(cmd)} failed: {err.decode(errors="replace")[-500:]}')
-        self.cpu = usage.ru_utime + usage.ru_stime
-        self.pss = memory.peak_mb
-        self.rss = usage.ru_maxrss // 1024
-
-
-class Summary:
-    """Medians of wall and CPU, largest memory, over a command's runs."""
-
-    def __init__(self, runs: list[Run]):
-        self.wall = statistics.median(r.wall for r in runs)
-        self.cpu = statistics.median(r.cpu for r in runs)
-        self.pss = max(r.pss for r in runs)
-        self.rss = max(r.rss for r in runs)
-
-    def __str__(self) -> str:
-        return (f'{self.wall:.2f} s, CPU {self.cpu:.2f} s, peak PSS {self.pss} MB '
-                f'(largest process {self.rss} MB)')
-
-
-def interleaved(n: int, cmds: list[list[str]]) -> list[Summary]:
-    """Each command's summary, the commands run in turns n times: load from
-    elsewhere on the machine then falls on all of them alike."""
-    runs: list[list[Run]] = [[] for _ in cmds]
-    for _ in range(n):
-        for i, cmd in enumerate(cmds):
-            runs[i].append(Run(cmd))
-    return [Summary(r) for r in runs]
 
 
 def link_shared(tree: Path) -> Path:

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""A 7.x tree's BTF steps: objbtf link against the newest pahole, in turns.
+
+BUILD is an O= directory of Linux 7.x built with ``make OBJBTF=objbtf``
+(kbuild-integration; for a distribution-sized kernel, ``kbuild_bench.py
+--source 7.2 --config distro`` or ``configure --base defconfig SRC BUILD
+bench/distro.config``).  Its objects keep their DWARF, so both tools read
+the same objects:
+
+- **vmlinux**: what ``scripts/gen-btf.sh`` runs in each flow, but for
+  ``resolve_btfids``, which both flows then run alike.  objbtf: ``objbtf
+  link`` with gen-btf.sh's arguments on the tree's ``.tmp_vmlinux1`` (the
+  objects' BTF in ``.BTF.objects``), its link cache and types stamp new on
+  every run, as in a full build.  pahole: ``pahole -J $(PAHOLE_FLAGS)
+  --btf_encode_detached`` with the flags the tree's ``Makefile.btf`` gives
+  it (``-j`` as many as this machine's CPUs, as ``make -jN`` gives), on a
+  copy of ``vmlinux.unstripped``, which holds the DWARF the stock
+  ``.tmp_vmlinux1`` would (the objbtf flow strips ``.tmp_vmlinux1``).
+- **modules**: a sample of --modules modules (every k-th of modules.order),
+  one after the other: ``objbtf link --base vmlinux --base-index`` (the
+  index made by an untimed first link, as Kbuild makes
+  ``.btf.vmlinux.index`` once) against ``pahole -J $(PAHOLE_FLAGS)
+  --btf_base vmlinux``.
+
+objbtf runs as the console script, in process (OBJBTF_RESIDENT=0).  Each
+pair runs --repeat times in turns (A B A B); the report gives medians of
+wall, CPU (user + system, children included) and memory (the largest PSS
+summed over the command's processes, and the largest process's max RSS),
+each turn's ratio objbtf/pahole with its range (harness.py), and whether
+it can be trusted.  Goals (issue 46, distribution-sized kernel): vmlinux
+wall at most 0.25x and max RSS at most 0.5x the newest pahole's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from accounting import Summary, cpu_mark, interleaved, others_since
+from harness import Ratio, doubts, paired_ratio, record
+from install import clean_env
+
+HERE = Path(__file__).resolve().parent
+GOALS = {'vmlinux': {'wall': 0.25, 'rss': 0.5}}
+
+
+def make_value(build: Path, variable: str, *args: str) -> str:
+    """A make variable as the tree's Kbuild sets it (Makefile.btf's
+    PAHOLE_FLAGS, read the way gen-btf.sh gets it)."""
+    target = 'objbtf-bench-print'
+    out = subprocess.run(['make', '-s', '-C', str(build), f'-j{len(os.sched_getaffinity(0))}',
+                          *args, f'--eval={target}: ; @echo $({variable})', target],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1] if out.strip() else ''
+
+
+def objbtf_features(pahole_flags: list[str]) -> str:
+    """gen-btf.sh's objbtf_features: the --btf_features values, joined."""
+    found = [f.split('=', 1)[1] for f in pahole_flags if f.startswith('--btf_features=')]
+    return ','.join(found) or 'default'
+
+
+def sampled_modules(build: Path, count: int) -> list[str]:
+    order = (build / 'modules.order').read_text().split()
+    step = max(1, len(order) // count) if count else len(order) + 1
+    return [str(Path(m).with_suffix('.ko')) for m in order[::step][:count]]
+
+
+def ratios(ours: Summary, theirs: Summary) -> dict[str, Ratio]:
+    return {key: paired_ratio([getattr(r, key) for r in theirs.runs],
+                              [getattr(r, key) for r in ours.runs])
+            for key in ('wall', 'cpu', 'pss', 'rss')}
+
+
+def lines_for(what: str, ours: Summary, theirs: Summary, others_cpu: float) -> list[str]:
+    """The report's lines for one pair; ``others_cpu``: the CPU seconds
+    other processes used meanwhile (accounting.others_since)."""
+    got = ratios(ours, theirs)
+    wall = sum(r.wall for r in ours.runs + theirs.runs)
+    others = others_cpu / (wall * len(os.sched_getaffinity(0)))
+    out = [f'{what}:', f'  newest pahole  {theirs}', f'  objbtf link    {ours}',
+           '  objbtf / pahole per turn, median (range): '
+           + ', '.join(f'{key} {got[key]}' for key in ('wall', 'cpu', 'pss', 'rss'))]
+    for key, goal in GOALS.get(what, {}).items():
+        met = 'met' if got[key].median <= goal else 'NOT met'
+        out.append(f'  goal {key} <= {goal}: {met}')
+    for key in ('wall', 'cpu'):
+        why = doubts(got[key], others)
+        out.append(f'  {key} ratio: ' + ('NOT trustworthy: ' + '; '.join(why) if why
+                                         else 'trustworthy'))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('build', type=Path, help='O= directory of a 7.x tree built with OBJBTF')
+    ap.add_argument('--pahole', required=True, metavar='PATH',
+                    help='the newest pahole (scripts/build-pahole.sh vendor/dwarves-*.tar.xz PREFIX)')
+    ap.add_argument('--objbtf', default='objbtf', help='the objbtf command (default: objbtf)')
+    ap.add_argument('--repeat', type=int, default=5, help='turns of each pair (default 5)')
+    ap.add_argument('--modules', type=int, default=40,
+                    help='modules sampled for the module links (default 40; 0: none)')
+    ap.add_argument('--no-record', action='store_true', help='print only; no RESULTS.md entry')
+    args = ap.parse_args()
+    build = args.build.resolve()
+    for needed in ('.tmp_vmlinux1', 'vmlinux.unstripped', 'vmlinux.a', 'modules.order'):
+        if not (build / needed).exists():
+            sys.exit(f'btf_step_bench: {build / needed} is missing: want a 7.x tree built '
+                     'with OBJBTF (kbuild-integration)')
+    flags = make_value(build, 'PAHOLE_FLAGS', f'OBJBTF={args.objbtf}').split()
+    features = objbtf_features(flags)
+    version = subprocess.run([args.pahole, '--version'], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    env = clean_env(OBJBTF_RESIDENT='0')
+    with tempfile.TemporaryDirectory(prefix='btf-step.') as tmp:
+        work = Path(tmp)
+        vmlinux = work / 'vmlinux'
+        shutil.copyfile(build / 'vmlinux.unstripped', vmlinux)
+        link = [args.objbtf, 'link', '--btf-features', features, '--quiet', '--objects',
+                'vmlinux.a', '--cache', str(work / 'cache'), '--types-stamp', str(work / 'types'),
+                '--input-section', '.BTF.objects', '--output', str(work / 'o.BTF'), '.tmp_vmlinux1']
+        ours_cmd = ['sh', '-c', f'rm -f {work}/cache {work}/types && exec "$@"', 'sh', *link]
+        theirs_cmd = [args.pahole, '-J', *flags, f'--btf_encode_detached={work}/p.BTF', str(vmlinux)]
+        mark = cpu_mark()
+        theirs, ours = interleaved(args.repeat, [theirs_cmd, ours_cmd], cwd=build, env=env)
+        others = others_since(mark)
+        report = [f'{build}: Linux {make_value(build, "KERNELVERSION")}, '
+                  f'{len((build / "modules.order").read_text().split())} modules; '
+                  f'{args.repeat} turns (pahole, objbtf); the peer: newest pahole ({version}) '
+                  f'with the tree\'s PAHOLE_FLAGS `{" ".join(flags)}`; objbtf link '
+                  f'--btf-features {features}', '']
+        report += lines_for('vmlinux', ours, theirs, others)
+        modules = sampled_modules(build, args.modules)
+        if modules:
+            index = work / 'index'
+            ours_m = ' && '.join(shlex.join([args.objbtf, 'link', '--btf-features', features,
+                                             '--quiet', '--objects', ko.removesuffix('.ko') + '.mod',
+                                             '--base', 'vmlinux', '--base-index', str(index),
+                                             '--output', str(work / 'm.BTF'), ko])
+                                 for ko in modules)
+            theirs_m = ' && '.join(shlex.join([args.pahole, '-J', *flags, '--btf_base', 'vmlinux',
+                                               f'--btf_encode_detached={work}/pm.BTF', ko])
+                                   for ko in modules)
+            subprocess.run(['sh', '-c', ours_m], cwd=build, env=env, check=True)  # the index
+            mark = cpu_mark()
+            theirs, ours = interleaved(args.repeat, [['sh', '-c', theirs_m], ['sh', '-c', ours_m]],
+                                       cwd=build, env=env)
+            report += ['']
+            report += lines_for(f'{len(modules)} modules, one after the other', ours, theirs,
+                                others_since(mark))
+    text = '\n'.join(report)
+    print(text)
+    if not args.no_record:
+        record('BTF steps against the newest pahole', text,
+               f'(load average {os.getloadavg()[0]:.1f} at the end)')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
