@@ -15,7 +15,9 @@ pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip python3-venv python
       # the newest pahole, built from vendor/ (scripts/build-pahole.sh)
       cmake pkg-config libdw-dev zlib1g-dev
       # the boot test: a built kernel in QEMU, a busybox initramfs, a libbpf loader
-      qemu-system-x86 busybox-static libbpf-dev)
+      qemu-system-x86 busybox-static libbpf-dev
+      # make bindeb-pkg's packages (tests/test_kbuild_package.py)
+      dpkg-dev debhelper fakeroot)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -299,6 +299,19 @@ def test_configure_is_quiet_unless_a_step_fails(tmp_path_factory, tmp_path):
     result = run(INTEGRATION / 'configure', src, tmp_path / 'third', missing, check=False)
     assert result.returncode == 1 and not (tmp_path / 'third').exists()
     assert result.stderr == f'configure: cannot read the fragment {missing}\n'
+    result = run(INTEGRATION / 'configure', '--base', 'nonsense', src, tmp_path / 'fourth',
+                 check=False)
+    assert result.returncode == 2 and '--base wants a config target' in result.stderr
+
+
+@pytest.mark.kernel
+def test_configure_on_defconfig(tmp_path_factory, tmp_path):
+    """--base defconfig: the fragments go on x86_64's defconfig (which has
+    the e1000 driver built in, tinyconfig not), BTF kept."""
+    src = patched_source(tmp_path_factory.getbasetemp(), '6.1')
+    run(INTEGRATION / 'configure', '--base', 'defconfig', src, tmp_path / 'build')
+    config = (tmp_path / 'build/.config').read_text().splitlines()
+    assert 'CONFIG_E1000=y' in config and 'CONFIG_DEBUG_INFO_BTF=y' in config
 
 
 @pytest.mark.kernel
