@@ -316,6 +316,7 @@ def build_row(row: Build, top: Path) -> KernelBuild:
     for tool in row.tools():
         need(tool)
     tree = patched_build(scratch(row.fixture, top), row.version, build_args(row),
+                         targets=row.targets(),
                          fragments=[fragment_path(f) for f in row.fragments])
     config = tree.config()
     missing = [line for line in row.expect_config if line not in config.splitlines()]

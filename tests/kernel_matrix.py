@@ -76,6 +76,12 @@ class Build:
         args = CROSS.get(self.arch, ())
         return args + (('LLVM=1',) if self.toolchain == 'clang' else ())
 
+    def targets(self) -> tuple[str, ...]:
+        """What the build makes: vmlinux and the modules, and on x86 the
+        compressed image too, whose boot decompressor links kernel objects
+        (libraries) outside vmlinux."""
+        return ('vmlinux', 'modules') + (('bzImage',) if self.arch in ('x86_64', 'i386') else ())
+
     def tools(self) -> tuple[str, ...]:
         return TOOLS.get(self.toolchain, ()) + TOOLS.get(self.arch, ())
 
