@@ -16,7 +16,7 @@ that run make (link-vmlinux.sh) nest.
 What a job waited for is derived from the files Kbuild names, not from
 time: a job writes the ``-o``/``--output`` file and redirect targets of
 its command, and, for a Kbuild command, the target whose ``.TARGET.cmd`` it
-writes; it reads the existing files its command line names and, from that
+writes (a later line of the target appends to it); it reads the existing files its command line names and, from that
 ``.cmd`` file, its ``source_`` and ``deps_`` lines (every header, the
 generated ones included).  J waited for I when J read a file I was the last
 to write before J started.  make orders only its own recipe lines, so the
@@ -194,11 +194,15 @@ def _files(job: Job, words: list[str], is_file) -> tuple[list[str], list[str]]:
     def norm(p: str) -> str:
         return os.path.normpath(os.path.join(job.cwd, p))
 
-    outputs, cmd_files = [], []
+    outputs, cmd_files, appended = [], [], []
     for i, w in enumerate(words[:-1]):
         nxt = words[i + 1]
-        if w in ('-o', '--output') or w in ('>', '>>') and not nxt.startswith(('&', '/dev/')):
+        if not re.search(r'\w', nxt) or nxt.startswith(('&', '/dev/')):
+            continue
+        if w in ('-o', '--output', '>', '>>'):
             outputs.append(norm(nxt))
+            if w == '>>':                       # appends to what was written before
+                appended.append(norm(nxt))
             m = DOT_CMD.match(nxt)
             if w != '-o' and m:                 # Kbuild's saved command: > dir/.target.cmd
                 outputs.append(norm((m.group(1) or '') + m.group(2)))
@@ -214,7 +218,7 @@ def _files(job: Job, words: list[str], is_file) -> tuple[list[str], list[str]]:
             inputs.add(p)
     for cmd_file in cmd_files:
         inputs.update(p for p in map(norm, _cmd_file_deps(cmd_file)) if p not in outputs)
-    return outputs, sorted(inputs)
+    return outputs, sorted(inputs.union(appended))
 
 
 def _ancestors(jobs: list[Job], j: int) -> list[int]:
@@ -255,7 +259,8 @@ def analyse(jobs: list[Job], meta: dict, barriers: bool = True) -> Graph:
     writes: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for job in jobs:
         words = _words(job.cmd)
-        first = next((w for w in words if w not in ('set', '-e', ';', '@', '+')), '')
+        first = next((w for w in words if w not in ('set', '-e', ';', '@', '+')
+                      and not re.fullmatch(r'\w+=.*', w)), '')
         if children[job.id]:
             job.kind = 'make' if os.path.basename(first) in MAKES else 'script'
         outputs, inputs = _files(job, words, is_file)

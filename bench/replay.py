@@ -54,6 +54,11 @@ from harness import record
 HERE = Path(__file__).resolve().parent
 CPUS = (1, 2, 8, 32, 64, 128)
 FARM = (8, 64)
+#: Where the plot puts the farm, right of the CPU counts.
+FARM_X = 256
+#: kbuild_bench.py's steps: a full build, rebuilds after touching a vmlinux
+#: .c (--touch) and a module's (--touch-module).
+STEPS = ('full', 'vmlinux', 'module')
 #: How far (relative) a replayed wall may be from the measured one.
 AIM = 0.05
 
@@ -221,13 +226,18 @@ def schedule(dag: Dag, cpus: dict[str, int], priority: str = 'recorded') -> floa
     return now
 
 
+_dags: dict[tuple[int, bool, str, bool], tuple[Graph, Dag]] = {}
+
+
 def replay(graph: Graph, cpus: int | tuple[int, int], priority: str = 'recorded',
            duration: str = 'wall', barriers: bool = True) -> float:
     """Wall seconds of ``graph`` on ``cpus`` CPUs, or (local, remote) farm CPUs."""
-    if isinstance(cpus, tuple):
-        return schedule(dag_of(graph, True, duration, barriers), {'L': cpus[0], 'R': cpus[1]},
-                        priority)
-    return schedule(dag_of(graph, False, duration, barriers), {'L': cpus}, priority)
+    farm = isinstance(cpus, tuple)
+    key = (id(graph), farm, duration, barriers)
+    if key not in _dags or _dags[key][0] is not graph:
+        _dags[key] = graph, dag_of(graph, farm, duration, barriers)
+    pools = {'L': cpus[0], 'R': cpus[1]} if isinstance(cpus, tuple) else {'L': cpus}
+    return schedule(_dags[key][1], pools, priority)
 
 
 @dataclass
@@ -325,12 +335,16 @@ def self_check(builds: list[Recorded], opts) -> list[str]:
 
 
 def projected(builds: list[Recorded], opts) -> dict[tuple[str, str, str], dict[str, float]]:
-    """(config, step, variant) -> CPU column ('1' ... 'farm') -> median replayed wall."""
-    groups: dict[tuple, list[Graph]] = defaultdict(list)
+    """(config, step, variant) -> CPU column ('1' ... 'farm') -> median
+    replayed wall of the graphs recorded with the most CPUs (-j2 rather
+    than the validation's -j1: their jobs shared the machine as on more)."""
+    groups: dict[tuple, list[Recorded]] = defaultdict(list)
     for b in builds:
-        groups[b.config, b.step, b.variant].append(b.graph)
+        groups[b.config, b.step, b.variant].append(b)
     table = {}
-    for key, graphs in groups.items():
+    for key, runs in groups.items():
+        most = max(b.jobs for b in runs)
+        graphs = [b.graph for b in runs if b.jobs == most]
         row = {str(n): statistics.median(replay(g, n, opts.priority, opts.duration) for g in graphs)
                for n in CPUS}
         row['farm'] = statistics.median(replay(g, FARM, opts.priority, opts.duration) for g in graphs)
@@ -342,8 +356,9 @@ def table_lines(table: dict[tuple[str, str, str], dict[str, float]]) -> list[str
     columns = [*map(str, CPUS), 'farm']
     out = [f'Projected wall s (replay, {"/".join(columns[:-1])} CPUs; farm: compiles on '
            f'{FARM[1]} remote CPUs, the rest on {FARM[0]} local), ratio to stock below each variant',
+           'steps: full build; vmlinux, module: rebuild after touching a vmlinux .c, a module .c',
            f'{"config":10} {"step":8} {"variant":8}' + ''.join(f' {c:>7}' for c in columns)]
-    for (config, step, variant), row in sorted(table.items()):
+    for (config, step, variant), row in sorted(table.items(), key=stock_first):
         out.append(f'{config:10} {step:8} {variant:8}' + ''.join(f' {row[c]:7.1f}' for c in columns))
         base = table.get((config, step, 'stock'))
         if base and variant != 'stock':
@@ -352,25 +367,35 @@ def table_lines(table: dict[tuple[str, str, str], dict[str, float]]) -> list[str
     return out
 
 
+def stock_first(item: tuple[tuple[str, str, str], dict]) -> tuple:
+    (config, step, variant), _ = item
+    return config, STEPS.index(step) if step in STEPS else len(STEPS), step, variant != 'stock', variant
+
+
 def plot(table: dict[tuple[str, str, str], dict[str, float]], path: Path) -> str:
     """The table as a PNG; what was done, for the report."""
     try:
         import matplotlib
+        import matplotlib.ticker
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
     except ImportError:
         return 'no plot: matplotlib is not installed (python3 -m pip install matplotlib)'
-    steps = sorted({(c, s) for c, s, _ in table})
-    fig, axes = plt.subplots(1, len(steps), figsize=(5 * len(steps), 4), squeeze=False)
-    for ax, (config, step) in zip(axes[0], steps):
-        for (c, s, variant), row in sorted(table.items()):
+    configs = sorted({c for c, _, _ in table})
+    steps = sorted({s for _, s, _ in table}, key=lambda s: (STEPS.index(s) if s in STEPS else 9, s))
+    fig, axes = plt.subplots(len(configs), len(steps), figsize=(5 * len(steps), 4 * len(configs)),
+                             squeeze=False)
+    for ax, (config, step) in zip(axes.flat, [(c, s) for c in configs for s in steps]):
+        for (c, s, variant), row in sorted(table.items(), key=stock_first):
             if (c, s) != (config, step):
                 continue
             line, = ax.plot(CPUS, [row[str(n)] for n in CPUS], marker='o', label=variant)
-            ax.scatter([FARM[0] + FARM[1]], [row['farm']], marker='*', s=120, color=line.get_color())
-        ax.set(xscale='log', yscale='log', xlabel='CPUs (star: farm, 8 local + 64 remote)',
-               ylabel='wall s', title=f'{config} {step}')
-        ax.set_xticks([*CPUS, FARM[0] + FARM[1]], [*map(str, CPUS), '8+64'])
+            ax.scatter([FARM_X], [row['farm']], marker='*', s=120, color=line.get_color())
+        ax.set(xscale='log', yscale='log', xlabel='CPUs', ylabel='replayed wall s',
+               title=f'{config}: {step}')
+        ax.set_xticks([*CPUS, FARM_X], [*map(str, CPUS), f'farm\n{FARM[0]}+{FARM[1]}'])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -413,3 +413,48 @@ def test_a_real_make_recorded_and_replayed(tmp_path):
     replayed = sorted(replay(gr, 1) / gr.meta['wall'] for gr in graphs)
     assert 0.85 < replayed[1] < 1.05, replayed
     assert replay(g, 4) < replay(g, 1)
+
+
+#: A make that stands for Kbuild in kbuild_bench.timed_make: it builds
+#: vmlinux and modules, and runs OBJBTF_COMMAND after each compile.
+FAKE_KBUILD = '''\
+vmlinux: a.o b.o
+\tcat a.o b.o > vmlinux.tmp; mv vmlinux.tmp vmlinux
+%.o: %.c
+\tgcc -c -o $@ $<; $(OBJBTF_COMMAND) encode -q $@
+modules: vmlinux
+\t@:
+'''
+
+RECORDED = '''
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from accounting import become_subreaper
+from buildgraph import read_graph, wrapper
+from kbuild_bench import Recorder, timed_make
+become_subreaper()
+tmp = Path({tmp!r})
+recorder = Recorder(wrapper(tmp / 'jobrec'), 'true', {{'config': 'fake', 'variant': 'objbtf',
+                                                      'step': 'full', 'turn': 0}})
+*_, graph = timed_make(tmp / 'src', tmp / 'build', 2, ['OBJBTF=x'], dict(os.environ), None,
+                       tmp / 'make.log', recorder)
+g = read_graph(Path(graph))
+print(json.dumps({{'meta': g.meta, 'jobs': [[j.cmd, j.compile, j.parts, j.after] for j in g.jobs]}}))
+'''
+
+
+def test_kbuild_bench_records_each_builds_graph_with_objbtfs_parts(tmp_path):
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'Makefile').write_text(FAKE_KBUILD)
+    for name in 'ab':
+        (src / f'{name}.c').write_text(f'int {name};\n')
+    out = subprocess.run([sys.executable, '-c', RECORDED.format(bench=str(BENCH), tmp=str(tmp_path))],
+                         check=True, capture_output=True, text=True).stdout
+    got = json.loads(out)
+    assert got['meta']['variant'] == 'objbtf' and got['meta']['jobs_flag'] == 2
+    compiles = [j for j in got['jobs'] if j[1]]
+    assert len(compiles) == 2 and all(set(j[2]) == {'objbtf encode'} for j in compiles)
+    link = next(j for j in got['jobs'] if j[0].startswith('cat'))
+    assert len(link[3]) == 2                    # after both compiles
