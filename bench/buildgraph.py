@@ -28,9 +28,11 @@ edge, it stays between the two jobs.
 Kbuild orders some steps without one reading a file the other wrote; those
 are added as barriers, each named after the Makefile rule it stands for:
 
-- ``prepare``: ``$(build-dirs): prepare``, every descent (``Makefile.build
-  obj=DIR ... need-builtin=1``) waits for the lines of its make that began
-  before the first descent;
+- ``prepare``: ``$(build-dirs): prepare`` (6.12: ``$(build-dir)``), every
+  descent of the top Makefile's make (``Makefile.build obj=DIR ...
+  need-builtin=1``) waits for the lines of that make that began before the
+  first descent (a descent's own descents into subdirectories wait for
+  nothing: Makefile.build starts them among its compiles);
 - ``modpost``: ``vmlinux: ... modpost`` and ``modules: modpost``, the
   ``Makefile.vmlinux`` and ``Makefile.modfinal`` makes wait for
   ``Makefile.modpost``'s (which writes the ``.mod.c`` files by no name).
@@ -62,6 +64,8 @@ MAKES = ('make', 'gmake')
 COMPILERS = re.compile(r'(^|-)(gcc|cc|clang)(-\d+)?$')
 DOT_CMD = re.compile(r'^(.*/)?\.([^/]+)\.cmd$')
 DESCENT = re.compile(r'Makefile\.build obj=\S+.*need-builtin=1')
+#: The top Makefile's make (Kbuild runs it again in the O= directory).
+TOP_MAKE = re.compile(r'-f \S*/Makefile(\s|$)')
 #: (barrier, pattern of the waiting make, pattern of the make it waits for)
 AFTER_MODPOST = [('modpost', re.compile(r'scripts/Makefile\.(vmlinux|modfinal)(\s|$)'),
                   re.compile(r'scripts/Makefile\.modpost(\s|$)'))]
@@ -301,8 +305,9 @@ def _barriers(jobs: list[Job], children: dict[int | None, list[int]],
               edges: dict[int, dict[int, str]]) -> dict[str, int]:
     """Add Kbuild's barriers (module docstring); how many edges each added."""
     added: dict[str, int] = defaultdict(int)
-    for kids in children.values():
-        descents = [k for k in kids if DESCENT.search(jobs[k].cmd)]
+    for parent, kids in children.items():
+        top = parent is None or TOP_MAKE.search(jobs[parent].cmd)
+        descents = [k for k in kids if top and DESCENT.search(jobs[k].cmd)]
         if descents:
             first = min(jobs[d].start for d in descents)
             for d in descents:

@@ -351,13 +351,17 @@ def test_kbuilds_barriers_are_added_and_can_be_left_out():
             job(3, 3, 12, parent=0, cmd='make -f /src/scripts/Makefile.build obj=mm need-builtin=1'),
             job(4, 12, 20, parent=0, cmd='make -f /src/scripts/Makefile.modpost'),
             job(5, 20, 30, parent=0, cmd='make -f /src/scripts/Makefile.vmlinux'),
-            job(6, 30, 40, parent=0, cmd='make -f /src/scripts/Makefile.modfinal')]
+            job(6, 30, 40, parent=0, cmd='make -f /src/scripts/Makefile.modfinal'),
+            job(7, 3.1, 4, parent=2, cmd='gcc -c -o kernel/fork.o kernel/fork.c'),
+            job(8, 4.5, 9, parent=2,
+                cmd='make -f /src/scripts/Makefile.build obj=kernel/sched need-builtin=1')]
     for j in jobs:
         j.after = []
     g = analyse(jobs, {'wall': 100})
     assert (1, 'barrier prepare') in g.jobs[2].after and (1, 'barrier prepare') in g.jobs[3].after
     assert (4, 'barrier modpost') in g.jobs[5].after and (4, 'barrier modpost') in g.jobs[6].after
     assert g.meta['barrier_edges'] == {'prepare': 2, 'modpost': 2}
+    assert g.jobs[8].after == []         # Makefile.build's own descents: among its compiles
     assert replay(g, 8, barriers=False) < replay(g, 8)
 
 
