@@ -14,10 +14,12 @@ line is the recipe line whose make ran it, so recursive makes and scripts
 that run make (link-vmlinux.sh) nest.
 
 What a job waited for is derived from the files Kbuild names, not from
-time: a job writes the ``-o``/``--output`` file and redirect targets of
-its command, and, for a Kbuild command, the target whose ``.TARGET.cmd`` it
-writes (a later line of the target appends to it); it reads the existing files its command line names and, from that
-``.cmd`` file, its ``source_`` and ``deps_`` lines (every header, the
+time: a job writes the ``-o``/``--output`` file, the redirect targets and
+the last operand of ``mv``/``cp``/``ln``/``install`` (filechk) of its
+command, and, for a Kbuild command, the target whose ``.TARGET.cmd`` it
+writes (a later line of the target appends to it); it reads the existing
+files its command line names (and those an ``@FILE`` lists) and, from
+that ``.cmd`` file, its ``source_`` and ``deps_`` lines (every header, the
 generated ones included).  J waited for I when J read a file I was the last
 to write before J started.  make orders only its own recipe lines, so the
 edge is lifted to the two recipe lines of the make that holds both (a
@@ -193,15 +195,21 @@ def _cmd_file_deps(path: str) -> list[str]:
     return found
 
 
+#: Commands whose last operand is the file they write.
+COPIES = ('mv', 'cp', 'ln', 'install')
+#: Words that end a simple command.
+SEPARATORS = {';', '&&', '||', '|', '&', '(', ')', '{', '}', 'then', 'do', 'else', 'fi', 'done'}
+
+
 def _files(job: Job, words: list[str], is_file) -> tuple[list[str], list[str]]:
     """(outputs, inputs) of a job, as normalized paths."""
     def norm(p: str) -> str:
         return os.path.normpath(os.path.join(job.cwd, p))
 
-    outputs, cmd_files, appended = [], [], []
+    outputs, cmd_files, appended, listed = [], [], [], []
     for i, w in enumerate(words[:-1]):
         nxt = words[i + 1]
-        if not re.search(r'\w', nxt) or nxt.startswith(('&', '/dev/')):
+        if not re.search(r'\w', nxt) or nxt.startswith(('&', '-', '/dev/')):
             continue
         if w in ('-o', '--output', '>', '>>'):
             outputs.append(norm(nxt))
@@ -212,17 +220,33 @@ def _files(job: Job, words: list[str], is_file) -> tuple[list[str], list[str]]:
                 outputs.append(norm((m.group(1) or '') + m.group(2)))
                 cmd_files.append(norm(nxt))
     outputs += [norm(w.split('=', 1)[1]) for w in words if w.startswith('--output=')]
+    command: list[str] = []
+    for w in [*words, ';']:                     # filechk's mv, a copy, a link
+        if w in SEPARATORS:
+            operands = [x for x in command[1:] if not x.startswith('-') and '>' not in x]
+            if command and os.path.basename(command[0]) in COPIES and len(operands) > 1:
+                outputs.append(norm(operands[-1]))
+            command = []
+        else:
+            command.append(w)
     inputs = set()
     for w in words:
         w = w.split('=', 1)[1] if w.startswith('--') and '=' in w else w
+        if w.startswith('@') and is_file(norm(w[1:])):    # a response file: it and its files
+            listed.append(norm(w[1:]))
+            continue
         if w.startswith('-') or not w or '=' in w or not re.search(r'[/.]', w):
             continue
         p = norm(w)
         if p not in outputs and is_file(p):
             inputs.add(p)
+    for response in listed:
+        inputs.add(response)
+        inputs.update(p for p in map(norm, Path(response).read_text(errors='replace').split())
+                      if is_file(p))
     for cmd_file in cmd_files:
         inputs.update(p for p in map(norm, _cmd_file_deps(cmd_file)) if p not in outputs)
-    return outputs, sorted(inputs.union(appended))
+    return outputs, sorted((inputs - set(outputs)) | set(appended))
 
 
 def _ancestors(jobs: list[Job], j: int) -> list[int]:
