@@ -55,10 +55,13 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import harness
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / 'jobrec.c'
@@ -382,8 +385,8 @@ def record(cmd: list[str], out: Path, jobs: int, cwd: Path | None = None,
 
 
 def overhead(n: int, work: Path) -> str:
-    """make running ``n`` trivial recipe lines with /bin/sh and with jobrec:
-    the recorder's cost per job."""
+    """make running ``n`` trivial recipe lines with /bin/sh and with jobrec,
+    in turns: the recorder's cost per job."""
     work.mkdir(parents=True, exist_ok=True)
     exe = wrapper(work)
     (work / 'Makefile').write_text(
@@ -407,11 +410,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('-o', '--output', type=Path, help='the graph (JSON lines)')
     ap.add_argument('--overhead', type=int, metavar='N',
-                    help='measure the recorder\'s cost per job on N trivial jobs and exit')
+                    help='measure the recorder\'s cost per job on N trivial jobs, append it to '
+                         'RESULTS.md and exit')
+    ap.add_argument('--no-record', action='store_true', help='--overhead: do not append to RESULTS.md')
     ap.add_argument('command', nargs='*', help='the make command line, after --')
     opts = ap.parse_args()
     if opts.overhead:
-        print(overhead(opts.overhead, Path('/tmp') / f'jobrec-overhead-{os.getpid()}'))
+        load = os.getloadavg()[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            text = overhead(opts.overhead, Path(tmp))
+        text += f'\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end'
+        print(text)
+        if not opts.no_record:
+            harness.record('build recorder overhead', text)
         return 0
     if not opts.command or not opts.output:
         ap.error('want -o GRAPH -- make ...')
