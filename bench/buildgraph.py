@@ -264,7 +264,7 @@ def _lifted(jobs: list[Job], writer: int, reader: int) -> tuple[int, int] | None
     ``reader`` (at any depth), on their sides; None when one runs the other."""
     up_w, up_r = _ancestors(jobs, writer), _ancestors(jobs, reader)
     on_r = set(up_r)
-    for i, a in enumerate(up_w):
+    for a in up_w:
         if a in on_r:
             return None             # one job runs the other
         parent = jobs[a].parent
@@ -274,7 +274,7 @@ def _lifted(jobs: list[Job], writer: int, reader: int) -> tuple[int, int] | None
     return None
 
 
-def analyse(jobs: list[Job], meta: dict, barriers: bool = True) -> Graph:
+def analyse(jobs: list[Job], meta: dict) -> Graph:
     """Kinds, files and edges of the recorded jobs."""
     children: dict[int | None, list[int]] = defaultdict(list)
     for job in jobs:
@@ -299,7 +299,7 @@ def analyse(jobs: list[Job], meta: dict, barriers: bool = True) -> Graph:
         job.compile = (job.kind == 'leaf' and '-c' in words and any(o.endswith('.o') for o in outputs)
                        and any(COMPILERS.search(os.path.basename(w)) for w in words))
         readers[job.id] = inputs
-        for out in outputs:
+        for out in job.outputs:
             writes[out].append((job.end, job.id))
     for w in writes.values():
         w.sort()
@@ -319,7 +319,7 @@ def analyse(jobs: list[Job], meta: dict, barriers: bool = True) -> Graph:
                 a, b = writer, job.id
                 unlifted += 1
             edges[b].setdefault(a, f'file {path}')
-    added = _barriers(jobs, children, edges) if barriers else {}
+    added = _barriers(jobs, children, edges)
     for b, after in edges.items():
         jobs[b].after = sorted(after.items())
     meta = dict(meta, jobs=len(jobs), edges=sum(len(a) for a in edges.values()),

@@ -327,6 +327,9 @@ def self_check(builds: list[Recorded], opts) -> list[str]:
         if abs(gap) > AIM:
             found.append(f'{b.config} {b.step} {b.variant} (-j{b.jobs}, {b.wall:.1f} s): its own '
                          f'replay gives {r:.1f} s ({100 * gap:+.1f}%)')
+        if b.variant != 'stock' and not any(j.parts for j in b.graph.jobs if j.compile):
+            found.append(f'{b.config} {b.step} {b.variant}: no objbtf command was recorded inside '
+                         'its compiles: on the farm their encodes stay with the remote compiler')
         unlifted = b.graph.meta.get('unlifted_edges', 0)
         if unlifted:
             found.append(f'{b.config} {b.step} {b.variant}: {unlifted} file edges the recording '
@@ -409,7 +412,9 @@ def report(builds: list[Recorded], opts) -> str:
     for b in builds:
         m = b.graph.meta
         lines.append(f'  {b.config} {b.step} {b.variant} -j{b.jobs}: {b.wall:.1f} s, {m["jobs"]} jobs '
-                     f'({m["compiles"]} compiles), {m["edges"]} edges (barriers: '
+                     f'({m["compiles"]} compiles, '
+                     f'{sum(1 for j in b.graph.jobs if j.compile and j.parts)} with objbtf parts), '
+                     f'{m["edges"]} edges (barriers: '
                      f'{", ".join(f"{k} {v}" for k, v in m["barrier_edges"].items()) or "none"})')
     checks, doubts = validation(builds, opts)
     table = projected(builds, opts)
