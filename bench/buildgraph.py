@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record a make's jobs and what each waited for: the input of bench/replay.py.
 
-    python3 bench/buildgraph.py -o GRAPH.jsonl -- make -j2 ...
+    python3 bench/buildgraph.py -o GRAPH.jsonl [--meta variant=NAME] -- make -j2 ...
     python3 bench/buildgraph.py --overhead 400
 
 A build is recorded by running make with ``SHELL=jobrec`` (bench/jobrec.c,
@@ -48,11 +48,14 @@ replay's farm mode runs a compile's objbtf encode locally.
 from __future__ import annotations
 
 import argparse
+import bisect
+import gzip
 import hashlib
 import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,6 +77,8 @@ TOP_MAKE = re.compile(r'-f \S*/Makefile(\s|$)')
 #: (barrier, pattern of the waiting make, pattern of the make it waits for)
 AFTER_MODPOST = [('modpost', re.compile(r'scripts/Makefile\.(vmlinux|modfinal)(\s|$)'),
                   re.compile(r'scripts/Makefile\.modpost(\s|$)'))]
+#: How much of each command a graph keeps.
+CMD_KEPT = 160
 #: Clock slack when comparing a writer's end with a reader's start (s).
 SLACK = 0.001
 
@@ -324,8 +329,24 @@ def analyse(jobs: list[Job], meta: dict) -> Graph:
         jobs[b].after = sorted(after.items())
     meta = dict(meta, jobs=len(jobs), edges=sum(len(a) for a in edges.values()),
                 unlifted_edges=unlifted, barrier_edges=added,
-                compiles=sum(j.compile for j in jobs))
+                compiles=sum(j.compile for j in jobs), launch=launch_time(jobs))
     return Graph(meta, jobs)
+
+
+def launch_time(jobs: list[Job]) -> float:
+    """make's time to start a job, which no job's record holds (make forks
+    and execs jobrec, and reaps it after its log line): the median time
+    from the last end of any job to each start.  A job starts when a slot
+    frees or a job it waited for ends, so most starts follow an end by
+    about that; the longer gaps, where make reads files or expands
+    recipes, are left out with the median."""
+    ends = sorted(j.end for j in jobs)
+    gaps = []
+    for job in jobs:
+        k = bisect.bisect_right(ends, job.start)
+        if k:
+            gaps.append(job.start - ends[k - 1])
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def _barriers(jobs: list[Job], children: dict[int | None, list[int]],
@@ -355,14 +376,22 @@ def _barriers(jobs: list[Job], children: dict[int | None, list[int]],
 
 
 def write_graph(graph: Graph, path: Path) -> None:
-    with open(path, 'w') as f:
+    """The graph as JSON lines, gzipped when ``path`` ends in .gz: what the
+    replay needs, each command cut to its first CMD_KEPT characters and
+    outputs under the job's directory relative to it (jobrec's log beside
+    the graph keeps the commands whole)."""
+    with (gzip.open if path.suffix == '.gz' else open)(path, 'wt') as f:
         f.write(json.dumps({'graph': graph.meta}) + '\n')
         for job in graph.jobs:
-            f.write(json.dumps(asdict(job)) + '\n')
+            kept = dict(asdict(job), cmd=job.cmd[:CMD_KEPT],
+                        outputs=[os.path.relpath(o, job.cwd) if o.startswith(job.cwd + '/') else o
+                                 for o in job.outputs])
+            f.write(json.dumps(kept) + '\n')
 
 
 def read_graph(path: Path) -> Graph:
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    with (gzip.open if path.suffix == '.gz' else open)(path, 'rt') as f:
+        lines = [json.loads(line) for line in f if line.strip()]
     jobs = [Job(**{**d, 'after': [tuple(a) for a in d['after']]}) for d in lines[1:]]
     return Graph(lines[0]['graph'], jobs)
 
@@ -413,6 +442,8 @@ def main() -> int:
                     help='measure the recorder\'s cost per job on N trivial jobs, append it to '
                          'RESULTS.md and exit')
     ap.add_argument('--no-record', action='store_true', help='--overhead: do not append to RESULTS.md')
+    ap.add_argument('--meta', action='append', default=[], metavar='KEY=VALUE',
+                    help='kept in the graph: config, variant and step name it for replay.py')
     ap.add_argument('command', nargs='*', help='the make command line, after --')
     opts = ap.parse_args()
     if opts.overhead:
@@ -427,7 +458,8 @@ def main() -> int:
     if not opts.command or not opts.output:
         ap.error('want -o GRAPH -- make ...')
     jobs = next((int(a[2:]) for a in opts.command if re.fullmatch(r'-j\d+', a)), 1)
-    graph = record(opts.command, opts.output.resolve(), jobs)
+    meta = dict(m.partition('=')[::2] for m in opts.meta)
+    graph = record(opts.command, opts.output.resolve(), jobs, meta=meta)
     print(f'{len(graph.jobs)} jobs, {graph.meta["edges"]} edges, wall {graph.meta["wall"]:.2f} s: '
           f'{opts.output}')
     return 0

@@ -61,7 +61,7 @@ them warm.
 
 With --record-graph every make runs with bench/jobrec.c as its SHELL,
 which logs each recipe line (and objbtf's commands within them), and
-WORK/logs/*.graph.jsonl gets its graph, named in the build's record, for
+WORK/logs/*.graph.jsonl.gz gets its graph, named in the build's record, for
 bench/replay.py (docs/benchmarks.md); the recorder adds about 1.5 ms a job
 to each build's wall and CPU (buildgraph.py --overhead).
 
@@ -272,7 +272,7 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
     others = others_since(mark)
     graph = ''
     if recorder is not None:
-        graph = str(log.with_suffix('.graph.jsonl'))
+        graph = str(log.with_suffix('.graph.jsonl.gz'))
         write_graph(analyse(read_log(jobs_log, t0_ns), dict(recorder.meta, wall=wall, jobs_flag=jobs,
                                                               command=' '.join(args))), Path(graph))
     return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict(), graph

@@ -100,9 +100,11 @@ def dag_of(graph: Graph, farm: bool = False, duration: str = 'wall',
             kids[job.parent].append(job)
     entry: dict[int, int] = {}
     exit_: dict[int, int] = {}
+    launch = graph.meta.get('launch', 0.0)
 
     def own(job: Job) -> float:
-        return job.wall if duration == 'wall' else job.cpu
+        """The job's time, make's time to start it included."""
+        return launch + (job.wall if duration == 'wall' else job.cpu)
 
     for job in sorted(jobs, key=lambda j: j.start):
         inner = kids.get(job.id)
@@ -110,17 +112,17 @@ def dag_of(graph: Graph, farm: bool = False, duration: str = 'wall',
             if farm and job.compile:
                 local = min(own(job), local_share(job))
                 remote = dag.node(own(job) - local, job.start, 'R')
-                rest = dag.node(local, job.start + job.wall - local)
+                rest = dag.node(local, job.end - local)
                 dag.edge(remote, rest)
                 entry[job.id], exit_[job.id] = remote, rest
             else:
                 entry[job.id] = exit_[job.id] = dag.node(own(job), job.start)
         elif job.kind == 'make':
             first, last = min(k.start for k in inner), max(k.end for k in inner)
-            entry[job.id] = dag.node(first - job.start, job.start)
+            entry[job.id] = dag.node(launch + first - job.start, job.start)
             exit_[job.id] = dag.node(job.end - last, last)
         else:
-            entry[job.id] = dag.node(inner[0].start - job.start, job.start)
+            entry[job.id] = dag.node(launch + inner[0].start - job.start, job.start)
             exit_[job.id] = dag.node(job.end - max(k.end for k in inner), inner[-1].end)
     top = [job for job in jobs if job.parent is None]
     if top:                     # the recorded make's own start and end
@@ -414,7 +416,7 @@ def report(builds: list[Recorded], opts) -> str:
         lines.append(f'  {b.config} {b.step} {b.variant} -j{b.jobs}: {b.wall:.1f} s, {m["jobs"]} jobs '
                      f'({m["compiles"]} compiles, '
                      f'{sum(1 for j in b.graph.jobs if j.compile and j.parts)} with objbtf parts), '
-                     f'{m["edges"]} edges (barriers: '
+                     f'make starts one in {1000 * m["launch"]:.1f} ms, {m["edges"]} edges (barriers: '
                      f'{", ".join(f"{k} {v}" for k, v in m["barrier_edges"].items()) or "none"})')
     checks, doubts = validation(builds, opts)
     table = projected(builds, opts)
