@@ -314,7 +314,7 @@ def run(opts, work: Path, records: Path) -> dict:
     check_variables(src, variants)
     objbtf_cmd = [objbtf] if resident else None
     exe = wrapper(work / 'jobrec') if opts.record_graph else None
-    client = shlex.join(quick_client(objbtf, env)) if resident else objbtf
+    client = (shlex.join(quick_client(objbtf, env)) if resident else objbtf) if exe else None
 
     def recorders(name: str, config: str, step: str, turn: int) -> Recorder | None:
         """--record-graph: the recording of one build."""
