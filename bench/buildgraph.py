@@ -65,6 +65,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import harness
+from accounting import cpu_mark, others_share, others_since
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / 'jobrec.c'
@@ -402,13 +403,15 @@ def record(cmd: list[str], out: Path, jobs: int, cwd: Path | None = None,
     exe = wrapper(out.parent / '.jobrec')
     log = out.with_suffix('.log')
     args, env = recording(exe, log, dict(env or os.environ))
+    mark = cpu_mark()
     t0 = time.monotonic_ns()
     status = subprocess.run([*cmd, *args], cwd=cwd, env=env).returncode
     wall = (time.monotonic_ns() - t0) / 1e9
     if status != 0:
         sys.exit(f'buildgraph: {shlex.join(cmd)} failed (exit {status})')
     graph = analyse(read_log(log, t0), dict(meta or {}, command=shlex.join(cmd), wall=wall,
-                                            jobs_flag=jobs))
+                                            jobs_flag=jobs,
+                                            others=others_share(others_since(mark), wall)))
     write_graph(graph, out)
     return graph
 

@@ -86,7 +86,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from buildgraph import analyse, read_log, recording, wrapper, write_graph
-from accounting import (become_subreaper, cpu_mark, others_since, server_supported,
+from accounting import (become_subreaper, cpu_mark, others_share, others_since, server_supported,
                         settle_servers, stop_servers, tree_cpu)
 from install import clean_env, installed_objbtf, quick_client
 from projection import PHASES, Phase, build_wall
@@ -273,8 +273,9 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
     graph = ''
     if recorder is not None:
         graph = str(log.with_suffix('.graph.jsonl.gz'))
-        write_graph(analyse(read_log(jobs_log, t0_ns), dict(recorder.meta, wall=wall, jobs_flag=jobs,
-                                                              command=' '.join(args))), Path(graph))
+        meta = dict(recorder.meta, wall=wall, jobs_flag=jobs, command=' '.join(args),
+                    others=others_share(others, wall))
+        write_graph(analyse(read_log(jobs_log, t0_ns), meta), Path(graph))
     return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict(), graph
 
 

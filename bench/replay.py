@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildgraph import Graph, Job, read_graph
-from harness import record
+from harness import OTHERS_LIMIT, record
 
 HERE = Path(__file__).resolve().parent
 CPUS = (1, 2, 8, 32, 64, 128)
@@ -329,6 +329,11 @@ def self_check(builds: list[Recorded], opts) -> list[str]:
         if abs(gap) > AIM:
             found.append(f'{b.config} {b.step} {b.variant} (-j{b.jobs}, {b.wall:.1f} s): its own '
                          f'replay gives {r:.1f} s ({100 * gap:+.1f}%)')
+        others = b.graph.meta.get('others', 0.0)
+        if others > OTHERS_LIMIT:
+            found.append(f'{b.config} {b.step} {b.variant} (-j{b.jobs}, {b.wall:.1f} s): other '
+                         f'processes used {100 * others:.0f}% of the machine while it was recorded '
+                         f'(limit {100 * OTHERS_LIMIT:.0f}%): its jobs\' times include waits for a CPU')
         if b.variant != 'stock' and not any(j.parts for j in b.graph.jobs if j.compile):
             found.append(f'{b.config} {b.step} {b.variant}: no objbtf command was recorded inside '
                          'its compiles: on the farm their encodes stay with the remote compiler')
