@@ -276,24 +276,38 @@ def from_graphs(paths: list[Path]) -> list[Recorded]:
     return found
 
 
+def grouped(builds: list[Recorded]) -> dict[tuple[str, str, str], list[Recorded]]:
+    """The builds by (config, step, variant)."""
+    groups: dict[tuple[str, str, str], list[Recorded]] = defaultdict(list)
+    for b in builds:
+        groups[b.config, b.step, b.variant].append(b)
+    return groups
+
+
+def projecting(runs: list[Recorded]) -> list[Graph]:
+    """The graphs the projection replays: those recorded with the most CPUs
+    (-j2 rather than the validation's -j1: their jobs shared the machine as
+    on more CPUs)."""
+    most = max(b.jobs for b in runs)
+    return [b.graph for b in runs if b.jobs == most]
+
+
 def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
 
 
 def validation(builds: list[Recorded], opts) -> tuple[list[str], list[str]]:
     """Lines comparing replays with measured walls, and the doubts."""
-    out = ['Validation: the replay on J CPUs of each graph (median over graphs) against the '
-           'measured make -jJ walls (median; spread = range / median over repeated builds)',
+    out = ['Validation: the replay on J CPUs of the graphs the projection uses (those recorded with '
+           'the most CPUs; median over them) against the measured make -jJ walls (median; spread = '
+           'range / median over the repeated builds)',
            f'{"config":10} {"step":8} {"variant":8} {"J":>3} {"builds":>6} {"measured s":>10} '
            f'{"spread":>7} {"replay s":>9} {"error":>7} {"no barriers":>11} {"critical":>9}']
     doubts: list[str] = []
-    groups: dict[tuple, list[Recorded]] = defaultdict(list)
-    for b in builds:
-        groups[b.config, b.step, b.variant].append(b)
-    for (config, step, variant), runs in groups.items():
+    for (config, step, variant), runs in grouped(builds).items():
+        graphs = projecting(runs)
         for j in sorted({b.jobs for b in runs}):
             measured = [b.wall for b in runs if b.jobs == j]
-            graphs = [b.graph for b in runs]
 
             def med(**kw) -> float:
                 return statistics.median(replay(g, j, duration=opts.duration, **kw) for g in graphs)
@@ -346,15 +360,10 @@ def self_check(builds: list[Recorded], opts) -> list[str]:
 
 def projected(builds: list[Recorded], opts) -> dict[tuple[str, str, str], dict[str, float]]:
     """(config, step, variant) -> CPU column ('1' ... 'farm') -> median
-    replayed wall of the graphs recorded with the most CPUs (-j2 rather
-    than the validation's -j1: their jobs shared the machine as on more)."""
-    groups: dict[tuple, list[Recorded]] = defaultdict(list)
-    for b in builds:
-        groups[b.config, b.step, b.variant].append(b)
+    replayed wall of its ``projecting`` graphs."""
     table = {}
-    for key, runs in groups.items():
-        most = max(b.jobs for b in runs)
-        graphs = [b.graph for b in runs if b.jobs == most]
+    for key, runs in grouped(builds).items():
+        graphs = projecting(runs)
         row = {str(n): statistics.median(replay(g, n, opts.priority, opts.duration) for g in graphs)
                for n in CPUS}
         row['farm'] = statistics.median(replay(g, FARM, opts.priority, opts.duration) for g in graphs)
