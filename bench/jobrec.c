@@ -104,6 +104,15 @@ static void log_line(const char *kind, const char *id, const char *parent, long 
 	free(buf);
 }
 
+static pid_t child;
+
+/* A signal for jobrec is for the command it runs (make kills its jobs on
+ * SIGTERM): passed on, and jobrec ends as the command did. */
+static void forward(int sig)
+{
+	kill(child, sig);
+}
+
 /* Run argv (execvp), wait for it; its exit status as a shell gives it. */
 static int run(char **argv, const char *kind, const char *part, char **words, int nwords)
 {
@@ -114,6 +123,7 @@ static int run(char **argv, const char *kind, const char *part, char **words, in
 	long long start = now_ns(), end;
 	int status;
 	pid_t pid;
+	int sig;
 
 	snprintf(id, sizeof(id), "%d.%lld", (int)getpid(), start);
 	pid = fork();
@@ -131,6 +141,10 @@ static int run(char **argv, const char *kind, const char *part, char **words, in
 		perror(argv[0]);
 		_exit(127);
 	}
+	child = pid;
+	for (sig = 1; sig < 32; sig++)
+		if (sig == SIGHUP || sig == SIGINT || sig == SIGQUIT || sig == SIGTERM)
+			signal(sig, forward);
 	while (wait4(pid, &status, 0, &ru) < 0) {
 		if (errno != EINTR) {
 			perror("jobrec: wait4");
