@@ -123,7 +123,6 @@ static int run(char **argv, const char *kind, const char *part, char **words, in
 	long long start = now_ns(), end;
 	int status;
 	pid_t pid;
-	int sig;
 
 	snprintf(id, sizeof(id), "%d.%lld", (int)getpid(), start);
 	pid = fork();
@@ -142,9 +141,10 @@ static int run(char **argv, const char *kind, const char *part, char **words, in
 		_exit(127);
 	}
 	child = pid;
-	for (sig = 1; sig < 32; sig++)
-		if (sig == SIGHUP || sig == SIGINT || sig == SIGQUIT || sig == SIGTERM)
-			signal(sig, forward);
+	signal(SIGHUP, forward);
+	signal(SIGINT, forward);
+	signal(SIGQUIT, forward);
+	signal(SIGTERM, forward);
 	while (wait4(pid, &status, 0, &ru) < 0) {
 		if (errno != EINTR) {
 			perror("jobrec: wait4");
