@@ -80,6 +80,8 @@ AFTER_MODPOST = [('modpost', re.compile(r'scripts/Makefile\.(vmlinux|modfinal)(\
                   re.compile(r'scripts/Makefile\.modpost(\s|$)'))]
 #: How much of each command a graph keeps.
 CMD_KEPT = 160
+#: The longest gap from a job's end to the next start that is make's work (s).
+LAUNCH_CAP = 0.02
 #: Clock slack when comparing a writer's end with a reader's start (s).
 SLACK = 0.001
 
@@ -336,18 +338,23 @@ def analyse(jobs: list[Job], meta: dict) -> Graph:
 
 def launch_time(jobs: list[Job]) -> float:
     """make's time to start a job, which no job's record holds (make forks
-    and execs jobrec, and reaps it after its log line): the median time
-    from the last end of any job to each start.  A job starts when a slot
-    frees or a job it waited for ends, so most starts follow an end by
-    about that; the longer gaps, where make reads files or expands
-    recipes, are left out with the median."""
+    and execs jobrec, reaps it after its log line, reads and expands what
+    comes next): the mean time from the last end of any job to each start,
+    over the starts that followed one by less than LAUNCH_CAP.  A job starts
+    when a slot frees or what it waited for ends, so most starts follow an
+    end by about that; longer gaps are waits, and the gap before a make's
+    first job is its parse, which the replay holds as the make's own."""
     ends = sorted(j.end for j in jobs)
+    first: dict[int, Job] = {}
+    for job in jobs:
+        if job.parent is not None and (job.parent not in first or job.start < first[job.parent].start):
+            first[job.parent] = job
     gaps = []
     for job in jobs:
         k = bisect.bisect_right(ends, job.start)
-        if k:
+        if k and first.get(job.parent) is not job and job.start - ends[k - 1] < LAUNCH_CAP:
             gaps.append(job.start - ends[k - 1])
-    return statistics.median(gaps) if gaps else 0.0
+    return statistics.fmean(gaps) if gaps else 0.0
 
 
 def _barriers(jobs: list[Job], children: dict[int | None, list[int]],
