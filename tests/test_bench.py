@@ -415,7 +415,7 @@ def test_a_real_make_recorded_and_replayed(tmp_path):
     assert [w for w, _ in cp.after] == [ar.id]                  # lib.a, named by its .cmd file
     assert sub.after[0][1] == f'file {tree / "gen.h"}'
     replayed = sorted(replay(gr, 1) / gr.meta['wall'] for gr in graphs)
-    assert 0.85 < replayed[1] < 1.05, replayed
+    assert 0.9 < replayed[1] < 1.1, replayed      # 1.01 on a loaded 2-CPU machine
     assert replay(g, 4) < replay(g, 1)
 
 
