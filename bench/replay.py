@@ -292,6 +292,11 @@ def projecting(runs: list[Recorded]) -> list[Graph]:
     return [b.graph for b in runs if b.jobs == most]
 
 
+def width(builds: list[Recorded]) -> int:
+    """The width of the configuration column."""
+    return max(10, *(len(b.config) for b in builds))
+
+
 def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
 
@@ -301,7 +306,7 @@ def validation(builds: list[Recorded], opts) -> tuple[list[str], list[str]]:
     out = ['Validation: the replay on J CPUs of the graphs the projection uses (those recorded with '
            'the most CPUs; median over them) against the measured make -jJ walls (median; spread = '
            'range / median over the repeated builds)',
-           f'{"config":10} {"step":8} {"variant":8} {"J":>3} {"builds":>6} {"measured s":>10} '
+           f'{"config":{width(builds)}} {"step":8} {"variant":8} {"J":>3} {"builds":>6} {"measured s":>10} '
            f'{"spread":>7} {"replay s":>9} {"error":>7} {"no barriers":>11} {"critical":>9}']
     doubts: list[str] = []
     for (config, step, variant), runs in grouped(builds).items():
@@ -314,7 +319,7 @@ def validation(builds: list[Recorded], opts) -> tuple[list[str], list[str]]:
 
             m, r = statistics.median(measured), med(priority=opts.priority)
             error = r / m - 1
-            out.append(f'{config:10} {step:8} {variant:8} {j:3} {len(measured):6} {m:10.1f} '
+            out.append(f'{config:{width(builds)}} {step:8} {variant:8} {j:3} {len(measured):6} {m:10.1f} '
                        f'{100 * spread(measured):6.1f}% {r:9.1f} {100 * error:+6.1f}% '
                        f'{100 * (med(priority=opts.priority, barriers=False) / m - 1):+10.1f}% '
                        f'{100 * (med(priority="critical") / m - 1):+8.1f}%')
@@ -373,16 +378,17 @@ def projected(builds: list[Recorded], opts) -> dict[tuple[str, str, str], dict[s
 
 def table_lines(table: dict[tuple[str, str, str], dict[str, float]]) -> list[str]:
     columns = [*map(str, CPUS), 'farm']
+    w = max(10, *(len(c) for c, _, _ in table))
     out = [f'Projected wall s (replay, {"/".join(columns[:-1])} CPUs; farm: compiles on '
            f'{FARM[1]} remote CPUs, the rest on {FARM[0]} local), ratio to stock below each variant',
            'steps: full build; vmlinux, module: rebuild after touching a vmlinux .c, a module .c',
-           f'{"config":10} {"step":8} {"variant":8}' + ''.join(f' {c:>7}' for c in columns)]
+           f'{"config":{w}} {"step":8} {"variant":8}' + ''.join(f' {c:>7}' for c in columns)]
     for (config, step, variant), row in sorted(table.items(), key=stock_first):
-        out.append(f'{config:10} {step:8} {variant:8}' + ''.join(f' {row[c]:7.1f}' for c in columns))
+        out.append(f'{config:{w}} {step:8} {variant:8}' + ''.join(f' {row[c]:7.1f}' for c in columns))
         base = table.get((config, step, 'stock'))
         if base and variant != 'stock':
-            out.append(f'{"":10} {"":8} {"/stock":8}' + ''.join(f' {row[c] / base[c]:7.2f}'
-                                                               for c in columns))
+            out.append(f'{"":{w}} {"":8} {"/stock":8}' + ''.join(f' {row[c] / base[c]:7.2f}'
+                                                              for c in columns))
     return out
 
 
