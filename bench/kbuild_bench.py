@@ -71,6 +71,7 @@ CPUs; far more on a shared machine, whose figures the report flags.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -276,6 +277,9 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
         meta = dict(recorder.meta, wall=wall, jobs_flag=jobs, command=' '.join(args),
                     others=others_share(others, wall))
         write_graph(analyse(read_log(jobs_log, t0_ns), meta), Path(graph))
+        with open(jobs_log, 'rb') as f, gzip.open(f'{jobs_log}.gz', 'wb') as out:
+            shutil.copyfileobj(f, out)          # tens of MB a kernel build: kept compressed
+        jobs_log.unlink()
     return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict(), graph
 
 

@@ -405,7 +405,8 @@ def plot(table: dict[tuple[str, str, str], dict[str, float]], path: Path) -> str
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
     except ImportError:
-        return 'no plot: matplotlib is not installed (python3 -m pip install matplotlib)'
+        return ('no plot: matplotlib is not installed (run replay.py with an interpreter that has '
+                'it: docs/benchmarks.md)')
     configs = sorted({c for c, _, _ in table})
     steps = sorted({s for _, s, _ in table}, key=lambda s: (STEPS.index(s) if s in STEPS else 9, s))
     fig, axes = plt.subplots(len(configs), len(steps), figsize=(5 * len(steps), 4 * len(configs)),
