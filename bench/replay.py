@@ -254,15 +254,19 @@ class Recorded:
 
 
 def from_records(paths: list[Path]) -> list[Recorded]:
-    """The recorded builds of kbuild_bench.py records files."""
+    """The recorded builds of kbuild_bench.py records files; a graph no
+    longer where its record says is looked for beside the records."""
     found = []
     for path in paths:
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         jobs = lines[0]['run']['jobs']
         for r in lines[1:]:
             if r.get('graph'):
+                graph = Path(r['graph'])
+                if not graph.exists():          # copied with its records (bench/graphs/)
+                    graph = path.parent / graph.name
                 found.append(Recorded(r['config'], r['variant'], r['step'], jobs, r['wall'],
-                                      read_graph(Path(r['graph']))))
+                                      read_graph(graph)))
     return found
 
 

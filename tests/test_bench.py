@@ -462,3 +462,17 @@ def test_kbuild_bench_records_each_builds_graph_with_objbtfs_parts(tmp_path):
     assert len(compiles) == 2 and all(set(j[2]) == {'objbtf encode'} for j in compiles)
     link = next(j for j in got['jobs'] if j[0].startswith('cat'))
     assert len(link[3]) == 2                    # after both compiles
+
+
+def test_the_replay_reads_kbuild_bench_records_and_finds_moved_graphs(tmp_path):
+    from buildgraph import write_graph
+    from replay import from_records
+    write_graph(graph(job(0, 0, 2), job(1, 2, 3, after=[0])), tmp_path / 'a.graph.jsonl.gz')
+    records = tmp_path / 'records.jsonl'
+    records.write_text(json.dumps({'run': {'jobs': 2}}) + '\n'
+                       + json.dumps({'config': 'reference', 'variant': 'stock', 'step': 'full',
+                                     'wall': 3.1, 'graph': '/gone/a.graph.jsonl.gz'}) + '\n'
+                       + json.dumps({'failed': 'objbtf', 'why': 'test'}) + '\n')
+    [got] = from_records([records])
+    assert (got.config, got.variant, got.step, got.jobs, got.wall) == ('reference', 'stock', 'full', 2, 3.1)
+    assert len(got.graph.jobs) == 2 and got.graph.jobs[1].after == [(0, 'file x')]
