@@ -25,7 +25,9 @@ to write before J started.  make orders only its own recipe lines, so the
 edge is lifted to the two recipe lines of the make that holds both (a
 compile that reads a header ``prepare`` wrote waits, with its whole
 descent, for the prepare step); where the recording contradicts the lifted
-edge, it stays between the two jobs.
+edge, it stays between the two jobs.  Every edge goes from a job's end to
+a later start on the one clock of the recording, so the graph has no
+cycle.
 
 Kbuild orders some steps without one reading a file the other wrote; those
 are added as barriers, each named after the Makefile rule it stands for:
@@ -82,8 +84,6 @@ AFTER_MODPOST = [('modpost', re.compile(r'scripts/Makefile\.(vmlinux|modfinal)(\
 CMD_KEPT = 160
 #: The longest gap from a job's end to the next start that is make's work (s).
 LAUNCH_CAP = 0.02
-#: Clock slack when comparing a writer's end with a reader's start (s).
-SLACK = 0.001
 
 
 @dataclass
@@ -315,7 +315,7 @@ def analyse(jobs: list[Job], meta: dict) -> Graph:
     edges: dict[int, dict[int, str]] = defaultdict(dict)
     for job in jobs:
         for path in readers[job.id]:
-            done = [j for end, j in writes.get(path, ()) if end <= job.start + SLACK and j != job.id]
+            done = [j for end, j in writes.get(path, ()) if end <= job.start and j != job.id]
             if not done:
                 continue
             writer = done[-1]
@@ -323,7 +323,7 @@ def analyse(jobs: list[Job], meta: dict) -> Graph:
             if pair is None:
                 continue
             a, b = pair
-            if jobs[a].end > jobs[b].start + SLACK:     # the recording says otherwise
+            if jobs[a].end > jobs[b].start:     # the recording says otherwise
                 a, b = writer, job.id
                 unlifted += 1
             edges[b].setdefault(a, f'file {path}')
@@ -368,7 +368,7 @@ def _barriers(jobs: list[Job], children: dict[int | None, list[int]],
             first = min(jobs[d].start for d in descents)
             for d in descents:
                 for k in kids:
-                    if k not in descents and jobs[k].start < first and jobs[k].end <= jobs[d].start + SLACK:
+                    if k not in descents and jobs[k].start < first and jobs[k].end <= jobs[d].start:
                         if k not in edges[d]:
                             edges[d][k] = 'barrier prepare'
                             added['prepare'] += 1
@@ -376,7 +376,7 @@ def _barriers(jobs: list[Job], children: dict[int | None, list[int]],
             for k in kids:
                 if waiter.search(jobs[k].cmd):
                     for m in kids:
-                        if waited.search(jobs[m].cmd) and jobs[m].end <= jobs[k].start + SLACK \
+                        if waited.search(jobs[m].cmd) and jobs[m].end <= jobs[k].start \
                                 and m not in edges[k]:
                             edges[k][m] = f'barrier {name}'
                             added[name] += 1
