@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import functools
 import gzip
 import hashlib
 import json
@@ -146,13 +147,21 @@ def _unescape(text: str) -> str:
     return re.sub(r'\\([\\tn])', lambda m: {'\\': '\\', 't': '\t', 'n': '\n'}[m.group(1)], text)
 
 
+#: A shell word (quoted parts, escapes and plain characters) or operator.
+TOKEN = re.compile(r"""&&|\|\||>>|>&|[;&|()<>]|(?:'[^']*'|"(?:\\.|[^"\\])*"|\\.|[^\s'"\\;&|<>()])+""")
+QUOTED = re.compile(r"""'([^']*)'|"((?:\\.|[^"\\])*)"|\\(.)""")
+
+
+def _unquoted(m: re.Match) -> str:
+    single, double, escaped = m.groups()
+    if single is not None:
+        return single
+    return re.sub(r'\\(.)', r'\1', double) if double is not None else escaped
+
+
 def _words(cmd: str) -> list[str]:
-    lexer = shlex.shlex(cmd, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        return list(lexer)
-    except ValueError:                  # an unbalanced quote: plain words will do
-        return cmd.split()
+    """A command's shell words and operators, unquoted (shlex's, in C's time)."""
+    return [QUOTED.sub(_unquoted, w) for w in TOKEN.findall(cmd)]
 
 
 def _part_name(words: list[str]) -> str:
@@ -184,26 +193,17 @@ def read_log(log: Path, t0_ns: int) -> list[Job]:
     return jobs
 
 
+DEPS = re.compile(r'^(?:source|deps)_\S+\s*:=((?:[^\n]*\\\n)*[^\n]*)', re.M)
+
+
 def _cmd_file_deps(path: str) -> list[str]:
     """The source_ and deps_ files a Kbuild ``.TARGET.cmd`` file lists."""
     try:
         text = Path(path).read_text(errors='replace')
     except OSError:
         return []
-    found, inside = [], False
-    for line in text.splitlines():
-        if line.startswith(('source_', 'deps_')):
-            inside = line.rstrip().endswith('\\')
-            value = line.split(':=', 1)[1].strip().rstrip('\\').strip()
-            if value:
-                found.append(value)
-            continue
-        if inside:
-            inside = line.rstrip().endswith('\\')
-            value = line.strip().rstrip('\\').strip()
-            if value and not value.startswith('$(wildcard'):
-                found.append(value)
-    return found
+    return [w for m in DEPS.finditer(text) for w in m.group(1).split()
+            if w != '\\' and not w.startswith('$(') and not w.endswith(')')]
 
 
 #: Commands whose last operand is the file they write.
@@ -212,10 +212,15 @@ COPIES = ('mv', 'cp', 'ln', 'install')
 SEPARATORS = {';', '&&', '||', '|', '&', '(', ')', '{', '}', 'then', 'do', 'else', 'fi', 'done'}
 
 
+@functools.lru_cache(maxsize=1 << 18)
+def _normalized(cwd: str, path: str) -> str:
+    return os.path.normpath(os.path.join(cwd, path))
+
+
 def _files(job: Job, words: list[str], is_file) -> tuple[list[str], list[str]]:
     """(outputs, inputs) of a job, as normalized paths."""
     def norm(p: str) -> str:
-        return os.path.normpath(os.path.join(job.cwd, p))
+        return _normalized(job.cwd, p)
 
     outputs, cmd_files, appended, listed = [], [], [], []
     for i, w in enumerate(words[:-1]):
