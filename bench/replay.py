@@ -7,11 +7,12 @@
 The graphs come from bench/buildgraph.py (kbuild_bench.py --record-graph
 records one per build).  Each job takes the wall time it took in the
 recording (``--duration cpu``: its CPU, which misses the waits on I/O and
-the resident server's share of objbtf's encode); it may start when every
-job it waited for is done and a CPU is free; among the ready jobs the
-scheduler takes them in the order make started them in the recording
-(``--priority recorded``, make's own order) or the longest path to the end
-first (``critical``).  A recursive make is its parse (its start to its
+the resident server's share of objbtf's encode), plus make's time to
+start a job, which each graph estimates (buildgraph.launch_time); it may
+start when every job it waited for is done and a CPU is free; among the
+ready jobs the scheduler takes them in the order make started them in the
+recording (``--priority recorded``, make's own order) or the longest path
+to the end first (``critical``).  A recursive make is its parse (its start to its
 first job), then its jobs, then its end; a script that runs make
 (link-vmlinux.sh) is its own work between its makes' jobs, in order; the
 recorded make itself is its start to its first job, then its jobs, then
@@ -29,9 +30,10 @@ rebuild, not cut out of the full build's graph: the recording holds what
 make really ran (the descents it walked, the links that the changed types
 did or did not redo).
 
-Validation: the replay on J CPUs of every graph against every measured
-``make -jJ`` wall of the same configuration, variant and step (the records
-of builds made with -j1 and -j2), with the spread of those repeated builds;
+The projection replays the graphs recorded with the most CPUs (-j2).
+Validation: the replay of those on J CPUs against the measured ``make
+-jJ`` walls of the same configuration, variant and step (the records of
+builds made with -j1 and -j2), with the spread of those repeated builds;
 and the replay of each graph on its own -j against its own wall.  The
 report, a table per CPU count, stock against each other variant, and a plot
 (bench/replay.png, when matplotlib is installed) go to bench/RESULTS.md
@@ -53,6 +55,7 @@ from harness import OTHERS_LIMIT, record
 
 HERE = Path(__file__).resolve().parent
 CPUS = (1, 2, 8, 32, 64, 128)
+#: The farm's (local, remote) CPUs unless --farm.
 FARM = (8, 64)
 #: Where the plot puts the farm, right of the CPU counts.
 FARM_X = 256
@@ -375,16 +378,18 @@ def projected(builds: list[Recorded], opts) -> dict[tuple[str, str, str], dict[s
         graphs = projecting(runs)
         row = {str(n): statistics.median(replay(g, n, opts.priority, opts.duration) for g in graphs)
                for n in CPUS}
-        row['farm'] = statistics.median(replay(g, FARM, opts.priority, opts.duration) for g in graphs)
+        row['farm'] = statistics.median(replay(g, opts.farm, opts.priority, opts.duration)
+                                        for g in graphs)
         table[key] = row
     return table
 
 
-def table_lines(table: dict[tuple[str, str, str], dict[str, float]]) -> list[str]:
+def table_lines(table: dict[tuple[str, str, str], dict[str, float]],
+                farm: tuple[int, int]) -> list[str]:
     columns = [*map(str, CPUS), 'farm']
     w = max(10, *(len(c) for c, _, _ in table))
     out = [f'Projected wall s (replay, {"/".join(columns[:-1])} CPUs; farm: compiles on '
-           f'{FARM[1]} remote CPUs, the rest on {FARM[0]} local), ratio to stock below each variant',
+           f'{farm[1]} remote CPUs, the rest on {farm[0]} local), ratio to stock below each variant',
            'steps: full build; vmlinux, module: rebuild after touching a vmlinux .c, a module .c',
            f'{"config":{w}} {"step":8} {"variant":8}' + ''.join(f' {c:>7}' for c in columns)]
     for (config, step, variant), row in sorted(table.items(), key=stock_first):
@@ -401,7 +406,8 @@ def stock_first(item: tuple[tuple[str, str, str], dict]) -> tuple:
     return config, STEPS.index(step) if step in STEPS else len(STEPS), step, variant != 'stock', variant
 
 
-def plot(table: dict[tuple[str, str, str], dict[str, float]], path: Path) -> str:
+def plot(table: dict[tuple[str, str, str], dict[str, float]], farm: tuple[int, int],
+         path: Path) -> str:
     """The table as a PNG; what was done, for the report."""
     try:
         import matplotlib
@@ -423,7 +429,7 @@ def plot(table: dict[tuple[str, str, str], dict[str, float]], path: Path) -> str
             ax.scatter([FARM_X], [row['farm']], marker='*', s=120, color=line.get_color())
         ax.set(xscale='log', yscale='log', xlabel='CPUs', ylabel='replayed wall s',
                title=f'{config}: {step}')
-        ax.set_xticks([*CPUS, FARM_X], [*map(str, CPUS), f'farm\n{FARM[0]}+{FARM[1]}'])
+        ax.set_xticks([*CPUS, FARM_X], [*map(str, CPUS), f'farm\n{farm[0]}+{farm[1]}'])
         ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
         ax.legend()
@@ -445,13 +451,22 @@ def report(builds: list[Recorded], opts) -> str:
                      f'{", ".join(f"{k} {v}" for k, v in m["barrier_edges"].items()) or "none"})')
     checks, doubts = validation(builds, opts)
     table = projected(builds, opts)
-    lines += ['', *checks, '', *table_lines(table), '', plot(table, opts.plot)]
+    lines += ['', *checks, '', *table_lines(table, opts.farm), '', plot(table, opts.farm, opts.plot)]
     doubts += self_check(builds, opts)
     doubts += ['the replay leaves out make\'s own work between its jobs, I/O and memory '
                'bandwidth shared by more CPUs, and the speed-up of the link tools\' own threads '
                '(pahole -j, objbtf link -j) on more CPUs']
     lines += ['', 'Doubts:', *[f'  {d}' for d in doubts]]
     return '\n'.join(lines)
+
+
+def farm_cpus(text: str) -> tuple[int, int]:
+    """'8+64' -> (8, 64)."""
+    local, _, remote = text.partition('+')
+    try:
+        return int(local), int(remote)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'want LOCAL+REMOTE CPUs, such as 8+64: {text!r}') from None
 
 
 def main() -> int:
@@ -461,6 +476,8 @@ def main() -> int:
                     help='kbuild_bench.py records of runs with --record-graph')
     ap.add_argument('--priority', choices=('recorded', 'critical'), default='recorded')
     ap.add_argument('--duration', choices=('wall', 'cpu'), default='wall')
+    ap.add_argument('--farm', type=farm_cpus, default=FARM, metavar='LOCAL+REMOTE',
+                    help=f'the farm\'s CPUs (default {FARM[0]}+{FARM[1]})')
     ap.add_argument('--plot', type=Path, default=HERE / 'replay.png')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     opts = ap.parse_args()
