@@ -581,7 +581,10 @@ def main() -> int:
                  f'Resident server: {"yes" if described["resident"] else "not in this objbtf"}. '
                  + ('Compiler cache: ccache, and objbtf\'s encode cache, both warmed by an '
                     'untimed full build of each variant. ' if described.get('ccache') else '')
-                 + f'Records: {described["records"]}.'))
+                 + f'Records: {described["records"]}.'
+                 + (' Every build\'s job graph recorded (--record-graph): `python3 bench/replay.py '
+                    f'--from-records {described["records"]}` replays them.'
+                    if described.get('record_graph') else '')))
     return 0
 
 
