@@ -59,12 +59,19 @@ its own directory), and objbtf keeps its encodes in OBJBTF_CACHE_DIR
 each variant first fills both caches, so that every measured build finds
 them warm.
 
+With --record-graph every make runs with bench/jobrec.c as its SHELL,
+which logs each recipe line (and objbtf's commands within them), and
+WORK/logs/*.graph.jsonl.gz gets its graph, named in the build's record, for
+bench/replay.py (docs/benchmarks.md); the recorder adds about 1.5 ms a job
+to each build's wall and CPU (buildgraph.py --overhead).
+
 About 25 minutes per round and configuration for two variants on 2 quiet
 CPUs; far more on a shared machine, whose figures the report flags.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -79,9 +86,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from accounting import (become_subreaper, cpu_mark, others_since, server_supported,
+from buildgraph import analyse, read_log, recording, wrapper, write_graph
+from accounting import (become_subreaper, cpu_mark, others_share, others_since, server_supported,
                         settle_servers, stop_servers, tree_cpu)
-from install import clean_env, installed_objbtf
+from install import clean_env, installed_objbtf, quick_client
 from projection import PHASES, Phase, build_wall
 from harness import OTHERS_LIMIT, command_line, doubts, paired_ratio, record, turn_order
 
@@ -123,6 +131,7 @@ class Build:
     load_before: float
     phases: dict[str, list[float]] = field(default_factory=dict)  # name -> [wall, cpu, commands]
     servers: dict = field(default_factory=dict)
+    graph: str = ''             # --record-graph: its jobs (bench/buildgraph.py)
 
 
 def variants_from(specs: list[str], objbtf: str, pahole: str) -> dict[str, list[str]]:
@@ -218,17 +227,38 @@ class BuildFailed(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Recorder:
+    """--record-graph: jobrec as make's SHELL, and the command Kbuild runs
+    objbtf with (an objbtf variant's), recorded as parts of its lines."""
+    exe: Path
+    objbtf_command: str | None
+    meta: dict
+
+
 def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str, str],
-               objbtf_cmd: list[str] | None, log: Path) -> tuple[float, float, float, dict, dict]:
-    """(wall, CPU, others' CPU, phases, servers) of one make, which must succeed."""
+               objbtf_cmd: list[str] | None, log: Path,
+               recorder: Recorder | None = None) -> tuple[float, float, float, dict, dict, str]:
+    """(wall, CPU, others' CPU, phases, servers, graph) of one make, which
+    must succeed; the graph (its path) when ``recorder``."""
     if objbtf_cmd is not None:              # no server left from an earlier run serves this one
         stop_servers(objbtf_cmd, build, env)
     server_log = log.with_suffix('.server')
     server_log.unlink(missing_ok=True)
     env = dict(env, OBJBTF_SERVER_LOG=str(server_log))
+    jobs_log = log.with_suffix('.jobs')
+    if recorder is not None:
+        rec_args, env = recording(recorder.exe, jobs_log, env, recorder.objbtf_command)
+        args = [*args, *rec_args]
     cpu0, mark = tree_cpu(), cpu_mark()
     with open(log, 'w', buffering=1) as out, open(log.with_suffix('.err'), 'w') as err:
         timeline = Timeline(out)
+        t0_ns = time.monotonic_ns()
+        if recorder is not None and recorder.objbtf_command and objbtf_cmd is not None:
+            # What Kbuild does when it asks for OBJBTF_COMMAND, which the
+            # recording gives it: start the tree's server early.
+            subprocess.run([*objbtf_cmd, 'server', 'command', '--start'], cwd=build, env=env,
+                           stdout=subprocess.DEVNULL, check=True)
         proc = subprocess.Popen(['make', '-C', str(src), f'O={build}', f'-j{jobs}', *args,
                                  'vmlinux', 'modules'], stdout=subprocess.PIPE, stderr=err,
                                 env=env)
@@ -241,7 +271,16 @@ def timed_make(src: Path, build: Path, jobs: int, args: list[str], env: dict[str
     servers = settle_servers(objbtf_cmd, build, env, server_log)
     cpu = tree_cpu() - cpu0 - servers.stop_cpu
     others = others_since(mark)
-    return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict()
+    graph = ''
+    if recorder is not None:
+        graph = str(log.with_suffix('.graph.jsonl.gz'))
+        meta = dict(recorder.meta, wall=wall, jobs_flag=jobs, command=' '.join(args),
+                    others=others_share(others, wall))
+        write_graph(analyse(read_log(jobs_log, t0_ns), meta), Path(graph))
+        with open(jobs_log, 'rb') as f, gzip.open(f'{jobs_log}.gz', 'wb') as out:
+            shutil.copyfileobj(f, out)          # tens of MB a kernel build: kept compressed
+        jobs_log.unlink()
+    return wall, cpu, others, timeline.phases(wall, cpu), servers.as_dict(), graph
 
 
 def machine_state(objbtf_tree: Path, jobs: int, pahole: str) -> str:
@@ -279,13 +318,25 @@ def run(opts, work: Path, records: Path) -> dict:
     src = source_tree(work, integration, opts.source)
     check_variables(src, variants)
     objbtf_cmd = [objbtf] if resident else None
+    exe = wrapper(work / 'jobrec') if opts.record_graph else None
+    client = (shlex.join(quick_client(objbtf, env)) if resident else objbtf) if exe else None
+
+    def recorders(name: str, config: str, step: str, turn: int) -> Recorder | None:
+        """--record-graph: the recording of one build."""
+        if exe is None:
+            return None
+        with_objbtf = any(a.startswith('OBJBTF=') and a != 'OBJBTF=' for a in variants[name])
+        return Recorder(exe, client if with_objbtf else None,
+                        {'source': opts.source, 'config': config, 'variant': name, 'step': step,
+                         'turn': turn})
     described = {'machine': machine_state(opts.objbtf_tree, opts.jobs, opts.pahole),
                  'command': command_line(),
                  'peer': pahole_version(opts.pahole),
                  'variants': {name: shlex.join(args) for name, args in variants.items()},
                  'source': opts.source, 'resident': resident, 'jobs': opts.jobs,
                  'touch': opts.touch, 'touch_module': opts.touch_module,
-                 'records': str(records), 'ccache': opts.ccache}
+                 'records': str(records), 'ccache': opts.ccache,
+                 'record_graph': opts.record_graph}
     records.write_text(json.dumps({'run': described}) + '\n')
     (work / 'logs').mkdir(exist_ok=True)
     names = list(variants)
@@ -310,8 +361,9 @@ def run(opts, work: Path, records: Path) -> dict:
                             continue
                         load = os.getloadavg()[0]
                         try:
-                            wall, cpu, others, phases, servers = timed_make(
-                                src, builds[name], opts.jobs, variants[name], env, objbtf_cmd, log)
+                            wall, cpu, others, phases, servers, graph = timed_make(
+                                src, builds[name], opts.jobs, variants[name], env, objbtf_cmd, log,
+                                recorders(name, config, step, turn))
                         except BuildFailed as err:    # the other variants go on
                             failed.add(name)
                             print(f'kbuild_bench: variant {name} dropped: {err}', file=sys.stderr)
@@ -320,7 +372,7 @@ def run(opts, work: Path, records: Path) -> dict:
                             continue
                         b = Build(config, name, step, rnd, turn, round(wall, 3), round(cpu, 3),
                                   round(tree_mb(builds[name]), 1), round(others, 3), load,
-                                  phases, servers)
+                                  phases, servers, graph)
                         print(f'{config} {step} turn {turn} {name}: wall {wall:.1f} s, '
                               f'CPU {cpu:.1f} s, others {others:.1f} s', file=sys.stderr)
                         with open(records, 'a') as f:
@@ -406,7 +458,10 @@ def report(described: dict, builds: list[Build]) -> str:
         out += [f'  {v}' for v in verdicts] or ['  no ratio: no turn has measured two variants yet']
         out += ['', 'Projected wall s on N CPUs (docs/benchmarks.md), from the medians of each phase: '
                     'c(ompile), l(ink chain), m(odules)']
-        out += projection_table(projection, names, described['jobs'])
+        if described['jobs'] > 1:
+            out += projection_table(projection, names, described['jobs'])
+        else:
+            out.append('  none: the projection needs builds made with -j2 or more')
         if loaded:
             out.append('NOT trustworthy: other processes used the machine during ' + ', '.join(loaded)
                        + '; waiting makes a phase look serial (docs/benchmarks.md)')
@@ -487,6 +542,9 @@ def main() -> int:
     ap.add_argument('--without', action='append', default=[], choices=['objbtf'],
                     help='leave a default variant out (e.g. --gbtf --without objbtf: the '
                          'DWARF-less build against the stock one alone, in half the time)')
+    ap.add_argument('--record-graph', action='store_true',
+                    help='record every build\'s jobs and what each waited for (bench/buildgraph.py), '
+                         'for bench/replay.py; allows -j1')
     ap.add_argument('--objbtf-tree', type=Path, default=HERE.parent,
                     help='checkout whose objbtf and kbuild-integration are measured (default: this one)')
     ap.add_argument('--work', type=Path, default=Path('/var/tmp/kbuild-bench'),
@@ -501,8 +559,9 @@ def main() -> int:
     if opts.from_records:
         described, builds = read_records(opts.from_records)
     else:
-        if opts.jobs < 2:
-            ap.error('-j must be at least 2: the projection needs a parallel measurement')
+        if opts.jobs < 2 and not opts.record_graph:
+            ap.error('-j must be at least 2: the projection needs a parallel measurement '
+                     '(or --record-graph, for the replay\'s validation)')
         become_subreaper()
         work = opts.work.resolve()
         work.mkdir(parents=True, exist_ok=True)
@@ -522,7 +581,10 @@ def main() -> int:
                  f'Resident server: {"yes" if described["resident"] else "not in this objbtf"}. '
                  + ('Compiler cache: ccache, and objbtf\'s encode cache, both warmed by an '
                     'untimed full build of each variant. ' if described.get('ccache') else '')
-                 + f'Records: {described["records"]}.'))
+                 + f'Records: {described["records"]}.'
+                 + (' Every build\'s job graph recorded (--record-graph): `python3 bench/replay.py '
+                    f'--from-records {described["records"]}` replays them.'
+                    if described.get('record_graph') else '')))
     return 0
 
 

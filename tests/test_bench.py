@@ -278,3 +278,201 @@ def test_benches_and_tests_share_helpers_through_testsupport_only():
             assert not imported(test) & benches, test.name
     for helper in (ROOT / 'testsupport').glob('*.py'):
         assert not imported(helper) & (tests | benches), helper.name
+
+
+# The build-graph replay (bench/buildgraph.py, bench/replay.py).
+
+def job(id, start, end, parent=None, cmd='true', after=(), kind='leaf', compile=False, parts=None):
+    from buildgraph import Job
+    return Job(id=id, parent=parent, start=start, end=end, cpu=end - start, status=0, cwd='/',
+               cmd=cmd, kind=kind, compile=compile, after=[(a, 'file x') for a in after],
+               parts=parts or {})
+
+
+def graph(*jobs, wall=None):
+    from buildgraph import Graph
+    return Graph({'wall': wall if wall is not None else max(j.end for j in jobs)}, list(jobs))
+
+
+def test_a_chain_takes_its_length_on_any_number_of_cpus():
+    from replay import replay
+    g = graph(job(0, 0, 1), job(1, 1, 3, after=[0]), job(2, 3, 6, after=[1]))
+    assert [replay(g, n) for n in (1, 2, 64)] == [6, 6, 6]
+
+
+def test_a_fork_join_spreads_over_the_cpus():
+    from replay import replay
+    forks = [job(i, 1 + 2 * (i - 1), 3 + 2 * (i - 1), after=[0]) for i in range(1, 5)]
+    g = graph(job(0, 0, 1), *forks, job(5, 9, 10, after=range(1, 5)))
+    assert replay(g, 1) == 10 and replay(g, 2) == 6 and replay(g, 4) == 4 and replay(g, 128) == 4
+    assert replay(g, 2, priority='critical') == 6
+
+
+def test_critical_path_first_beats_makes_order_where_make_starts_the_short_jobs_first():
+    from replay import replay
+    g = graph(job(0, 0, 1), job(1, 0, 1), job(2, 1, 4), job(3, 4, 7, after=[2]))
+    assert replay(g, 2) == 7                        # S1 S2, then the chain
+    assert replay(g, 2, priority='critical') == 6   # the chain at once, S1 S2 beside it
+
+
+def test_a_recursive_make_is_its_parse_then_its_jobs_then_its_end():
+    from replay import replay
+    g = graph(job(0, 0, 5, cmd='make -f sub.mk', kind='make'),
+              job(1, 1, 2.5, parent=0), job(2, 2.5, 4.5, parent=0), job(3, 5, 6, after=[0]))
+    assert replay(g, 1) == 1 + 1.5 + 2 + 0.5 + 1
+    assert replay(g, 2) == 1 + 2 + 0.5 + 1
+
+
+def test_a_script_that_runs_make_keeps_its_own_work_between_in_turn():
+    from replay import replay
+    g = graph(job(0, 0, 10, cmd='scripts/link-vmlinux.sh', kind='script'),
+              job(1, 2, 3, parent=0), job(2, 7, 8, parent=0))
+    assert replay(g, 1) == replay(g, 8) == 10
+
+
+def test_the_farm_compiles_remotely_and_encodes_locally():
+    from replay import replay
+    compiles = [job(i, 2 * i, 2 * i + 2, compile=True, parts={'objbtf encode': 0.5})
+                for i in range(4)]
+    g = graph(*compiles)
+    assert replay(g, 1) == 8
+    assert replay(g, (1, 4)) == 1.5 + 4 * 0.5       # four remote at once, then encodes in turn
+    assert replay(g, (4, 4)) == 2.0
+    stock = graph(*[job(i, 2 * i, 2 * i + 2, compile=True) for i in range(4)])
+    assert replay(stock, (1, 4)) == 2.0             # nothing local but the (zero) rest
+
+
+def test_kbuilds_barriers_are_added_and_can_be_left_out():
+    from buildgraph import analyse
+    from replay import replay
+    jobs = [job(0, 0, 100, cmd='make -C /build -f /src/Makefile vmlinux modules', kind='make'),
+            job(1, 1, 3, parent=0, cmd='sh scripts/checksyscalls.sh'),
+            job(2, 3, 10, parent=0, cmd='make -f /src/scripts/Makefile.build obj=kernel need-builtin=1'),
+            job(3, 3, 12, parent=0, cmd='make -f /src/scripts/Makefile.build obj=mm need-builtin=1'),
+            job(4, 12, 20, parent=0, cmd='make -f /src/scripts/Makefile.modpost'),
+            job(5, 20, 30, parent=0, cmd='make -f /src/scripts/Makefile.vmlinux'),
+            job(6, 30, 40, parent=0, cmd='make -f /src/scripts/Makefile.modfinal'),
+            job(7, 3.1, 4, parent=2, cmd='gcc -c -o kernel/fork.o kernel/fork.c'),
+            job(8, 4.5, 9, parent=2,
+                cmd='make -f /src/scripts/Makefile.build obj=kernel/sched need-builtin=1')]
+    for j in jobs:
+        j.after = []
+    g = analyse(jobs, {'wall': 100})
+    assert (1, 'barrier prepare') in g.jobs[2].after and (1, 'barrier prepare') in g.jobs[3].after
+    assert (4, 'barrier modpost') in g.jobs[5].after and (4, 'barrier modpost') in g.jobs[6].after
+    assert g.meta['barrier_edges'] == {'prepare': 2, 'modpost': 2}
+    assert g.jobs[8].after == []         # Makefile.build's own descents: among its compiles
+    assert replay(g, 8, barriers=False) < replay(g, 8)
+
+
+TINY = '''\
+X := $(shell echo parsing)
+all: final.a
+gen.h:
+\techo '#define N 3' > gen.h
+sub: gen.h
+\t$(MAKE) -f sub.mk
+lib.a: sub
+\tar rcs lib.a a.o b.o c.o d.o; echo 'cmd_lib.a := ar' > .lib.a.cmd
+final.a: lib.a
+\tcp lib.a final.a
+.PHONY: all sub
+'''
+TINY_SUB = '''\
+all: a.o b.o c.o d.o
+%.o: %.c
+\tgcc -O2 -Wp,-MMD,.$@.d -c -o $@ $<; { echo 'source_$@ := $<'; echo 'deps_$@ := \\\\'; \\
+\tsed -e '1s/^[^:]*://' -e 's/\\\\$$//' .$@.d | tr ' ' '\\n' | grep . | sed 's/$$/ \\\\/'; \\
+\techo; } > .$@.cmd
+'''
+
+
+def test_a_real_make_recorded_and_replayed(tmp_path):
+    """A tiny make like Kbuild's: a generated header, a sub-make that
+    compiles four files (their .cmd files name the header), an archive
+    whose .cmd file names it, a copy of it."""
+    from buildgraph import record
+    from replay import replay
+    tree = tmp_path / 'tree'
+    tree.mkdir()
+    (tree / 'Makefile').write_text(TINY)
+    (tree / 'sub.mk').write_text(TINY_SUB)
+    for name in 'abcd':
+        (tree / f'{name}.c').write_text(f'#include "gen.h"\nint {name}(int x) {{ return x * N; }}\n')
+    walls, graphs = [], []
+    for n in range(3):
+        g = record(['make', '-s', '-C', str(tree), '-B', '-j1'], tmp_path / f'g{n}.jsonl', 1)
+        graphs.append(g)
+        walls.append(g.meta['wall'])
+    g = graphs[-1]
+    by_cmd = {j.cmd.split()[0]: j for j in g.jobs}
+    assert not any('parsing' in j.cmd for j in g.jobs)          # $(shell ...) is no job
+    sub, ar, cp = by_cmd['make'], by_cmd['ar'], by_cmd['cp']
+    compiles = [j for j in g.jobs if j.compile]
+    assert len(compiles) == 4 and all(j.parent == sub.id for j in compiles) and sub.kind == 'make'
+    assert [w for w, _ in sub.after] == [by_cmd['echo'].id]    # the header its compiles read
+    assert [w for w, _ in ar.after] == [sub.id]                 # the objects, lifted to the sub-make
+    assert [w for w, _ in cp.after] == [ar.id]                  # lib.a, named by its .cmd file
+    assert sub.after[0][1] == f'file {tree / "gen.h"}'
+    replayed = sorted(replay(gr, 1) / gr.meta['wall'] for gr in graphs)
+    assert 0.9 < replayed[1] < 1.1, replayed      # 1.01 on a loaded 2-CPU machine
+    assert replay(g, 4) < replay(g, 1)
+
+
+#: A make that stands for Kbuild in kbuild_bench.timed_make: it builds
+#: vmlinux and modules, and runs OBJBTF_COMMAND after each compile.
+FAKE_KBUILD = '''\
+vmlinux: a.o b.o
+\tcat a.o b.o > vmlinux.tmp; mv vmlinux.tmp vmlinux
+%.o: %.c
+\tgcc -c -o $@ $<; $(OBJBTF_COMMAND) encode -q $@
+modules: vmlinux
+\t@:
+'''
+
+RECORDED = '''
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from accounting import become_subreaper
+from buildgraph import read_graph, wrapper
+from kbuild_bench import Recorder, timed_make
+become_subreaper()
+tmp = Path({tmp!r})
+recorder = Recorder(wrapper(tmp / 'jobrec'), 'true', {{'config': 'fake', 'variant': 'objbtf',
+                                                      'step': 'full', 'turn': 0}})
+*_, graph = timed_make(tmp / 'src', tmp / 'build', 2, ['OBJBTF=x'], dict(os.environ), None,
+                       tmp / 'make.log', recorder)
+g = read_graph(Path(graph))
+print(json.dumps({{'meta': g.meta, 'jobs': [[j.cmd, j.compile, j.parts, j.after] for j in g.jobs]}}))
+'''
+
+
+def test_kbuild_bench_records_each_builds_graph_with_objbtfs_parts(tmp_path):
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'Makefile').write_text(FAKE_KBUILD)
+    for name in 'ab':
+        (src / f'{name}.c').write_text(f'int {name};\n')
+    out = subprocess.run([sys.executable, '-c', RECORDED.format(bench=str(BENCH), tmp=str(tmp_path))],
+                         check=True, capture_output=True, text=True).stdout
+    got = json.loads(out)
+    assert got['meta']['variant'] == 'objbtf' and got['meta']['jobs_flag'] == 2
+    compiles = [j for j in got['jobs'] if j[1]]
+    assert len(compiles) == 2 and all(set(j[2]) == {'objbtf encode'} for j in compiles)
+    link = next(j for j in got['jobs'] if j[0].startswith('cat'))
+    assert len(link[3]) == 2                    # after both compiles
+
+
+def test_the_replay_reads_kbuild_bench_records_and_finds_moved_graphs(tmp_path):
+    from buildgraph import write_graph
+    from replay import from_records
+    write_graph(graph(job(0, 0, 2), job(1, 2, 3, after=[0])), tmp_path / 'a.graph.jsonl.gz')
+    records = tmp_path / 'records.jsonl'
+    records.write_text(json.dumps({'run': {'jobs': 2}}) + '\n'
+                       + json.dumps({'config': 'reference', 'variant': 'stock', 'step': 'full',
+                                     'wall': 3.1, 'graph': '/gone/a.graph.jsonl.gz'}) + '\n'
+                       + json.dumps({'failed': 'objbtf', 'why': 'test'}) + '\n')
+    [got] = from_records([records])
+    assert (got.config, got.variant, got.step, got.jobs, got.wall) == ('reference', 'stock', 'full', 2, 3.1)
+    assert len(got.graph.jobs) == 2 and got.graph.jobs[1].after == [(0, 'file x')]
