@@ -6,8 +6,8 @@ Everything else is in pyproject.toml.  At build time the modules
 encoded object (bench/RESULTS.md); with them, the C extensions
 ``objbtf.C_EXTENSIONS`` names are built from their ``.c`` files.  With
 OBJBTF_MYPYC=0, without mypyc, or when mypyc or the C compiler fails, the
-installation is pure Python and works the same (README: "Compiled
-modules").  objbtf/resident/objbtf-client is built from objbtf/resident/client.c
+installation is pure Python and works the same (docs/contributing.md,
+"Compiled modules").  objbtf/resident/objbtf-client is built from objbtf/resident/client.c
 (objbtf/resident/native_client.py); without a C compiler objbtf uses its Python
 client.
 """

@@ -1,7 +1,7 @@
 """objbtf: per-object BTF for Linux kernel builds.
 
 The per-object hot path (``COMPILED``) may be compiled with mypyc when
-objbtf is installed (setup.py; README: "Compiled modules").  The compiled
+objbtf is installed (setup.py; docs/contributing.md, "Compiled modules").  The compiled
 modules run unless OBJBTF_PURE=1 is set, or one of their sources is newer
 than the compiled code (a checkout edited under an editable install): then
 those modules are imported from their Python sources, all of them, since

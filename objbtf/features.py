@@ -13,7 +13,7 @@ class Features:
     """Which BTF features to encode; each one is a boolean attribute."""
     NAMES = DEFAULT + OPTIONAL
     __slots__ = NAMES
-    # The slots, spelled out for type checkers (and mypyc, see README).
+    # The slots, spelled out for type checkers (and mypyc: docs/contributing.md).
     encode_force: bool
     var: bool
     float: bool

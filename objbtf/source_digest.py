@@ -5,7 +5,7 @@ out what other code wrote: an upgraded or edited objbtf misses.  The
 sources decide, not the files' times: a cache copied to another machine or
 kept by CI across fresh installs of the same objbtf still hits.  (The
 compiled modules are built from these sources and run only when no source
-is newer, with the same output: README, "Compiled modules".)
+is newer, with the same output: docs/contributing.md, "Compiled modules".)
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@
  * typed methods raise TypeError) it returns None, and loader.py loads the
  * unit again, with its own result or error message.
  *
- * Loading the types was the largest pass left on Python objects: 43 % of
- * an object's encode in one warm process (README, "The build-cost goals").
+ * Loading the types was the largest pass of an object's encode left on
+ * Python objects.
  *
  * The Dies, their attribute dicts and their children live as long as the
  * unit the caller holds, and nothing here changes them, so the values read

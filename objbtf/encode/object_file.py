@@ -79,7 +79,7 @@ def _encode(elf: ElfFile, features: Features, path: str) -> Encoded | None:
     objbtf has not encoded the object yet: reading it costs a fraction of
     decoding DWARF.  Once objbtf has (a ``.BTF.objbtf`` chunk), ``.BTF`` is
     objbtf's own, not a source: the object is encoded again from its DWARF,
-    and without DWARF it has no types left (README: re-encoding).
+    and without DWARF it has no types left (docs/design.md, "The per-object step").
     """
     sec = elf.section_by_name(BTF_SECTION)
     if sec is not None and sec.size and elf.section_by_name(CHUNK_SECTION) is None:

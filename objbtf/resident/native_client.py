@@ -62,8 +62,8 @@ def build(dest: Path | None = None, cc: str | None = None) -> Path:
     statically where the C library allows it: Kbuild runs the client once
     per object, and a dynamically linked program's start (the loader,
     relocations) is about a quarter of what the client costs (0.71 to 0.82
-    ms of CPU a command, against 0.51 to 0.65 linked statically: README,
-    "The resident server").  Raises OSError or CalledProcessError."""
+    ms of CPU a command, against 0.51 to 0.65 linked statically:
+    docs/resident-server.md, "Clients").  Raises OSError or CalledProcessError."""
     import shutil
     import subprocess
     import tempfile
