@@ -141,9 +141,9 @@ def cc(command: tuple[str, ...], features: Features) -> None:
 
 
 def _read_or_exit(path: str, base_path: str | None):
-    """(raw bytes, base Btf or None, pointer size: ``read_btf``) of
+    """(raw bytes, base Btf or None, pointer size: ``read_split``) of
     ``path``, or exit 1 naming the file."""
-    from ..btf_file import load_btf_file, read_btf
+    from ..btf_file import load_btf_file, read_split
     from ..errors import ObjbtfError
     from ..regular_files import error_text
     try:
@@ -151,7 +151,7 @@ def _read_or_exit(path: str, base_path: str | None):
     except (OSError, ObjbtfError) as err:
         raise click.ClickException(f'{base_path}: {error_text(err)}') from None
     try:
-        raw, pointer_size = read_btf(path)
+        raw, base, pointer_size = read_split(path, base)
     except (OSError, ObjbtfError) as err:
         raise click.ClickException(f'{path}: {error_text(err)}') from None
     return raw, base, pointer_size
@@ -163,7 +163,10 @@ def dump(file: str, base_path: str | None) -> None:
     """List the BTF of FILE as `bpftool btf dump file` does.
 
     FILE is an object, a vmlinux or module with a .BTF section, or a raw
-    .btf file.  Split BTF (a module's) needs --base vmlinux.
+    .btf file.  Split BTF (a module's) needs --base vmlinux.  A module
+    with a distilled base (.BTF.base, an out-of-tree module's) is read as
+    the kernel loads it: relocated onto --base, or without it on its
+    distilled base.
     """
     from ..btf.dump import dump_btf
     from ..btf.errors import BtfError
