@@ -31,7 +31,7 @@ from __future__ import annotations
 from .errors import BtfError
 from .kinds import (
     ARRAY, CONST, ENUM, ENUM64, FLOAT, FWD, INT, RESTRICT, STRUCT, TYPE_TAG, TYPEDEF, UNION,
-    VOLATILE, Kind,
+    VOLATILE,
 )
 from .types import Btf, BtfType
 
@@ -197,7 +197,3 @@ def distilled_entry(t: BtfType) -> BtfType | None:
         return BtfType(ENUM, t.name, size=t.size)
     return None
 
-
-def kinds_named(kinds: frozenset[Kind]) -> str:
-    """Names of ``kinds`` for messages, in kind order."""
-    return ', '.join(k.name for k in sorted(kinds))
