@@ -29,7 +29,9 @@ from kbuild_tree import (INTEGRATION, REFERENCE_MODULES, KernelBuild, added_file
 from kernel_matrix import VERSIONS
 from newest_pahole import NEWEST_PAHOLE_FLAGS, funcs
 from objbtf.btf import Kind, parse_btf
+from objbtf.btf.distilled import check_distilled_base
 from objbtf.btf.header import BtfHeader
+from objbtf.btf_file import load_btf_file
 from objbtf.inspect.diff import function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
@@ -600,8 +602,8 @@ def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
     asked = m[1].split(',')
     assert sorted(asked) == sorted(DEFAULT)
     assert Features.parse(m[1]).names() == Features().names()
-    # Out-of-tree modules also ask for distilled_base: a name objbtf takes,
-    # and does not produce (docs/kbuild.md: distilled base BTF).
+    # Out-of-tree modules also ask for distilled_base, which the patched
+    # Makefile.modfinal asks of objbtf link for them (docs/kbuild.md).
     extmod = re.findall(r'module-pahole-flags-.*?\+= --btf_features=(\S+)', text)
     assert extmod == ['distilled_base'] and 'distilled_base' in Features.NAMES
 
@@ -609,7 +611,8 @@ def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
 @pytest.fixture(scope='module')
 def kmod(kbuild_6_12, tmp_path_factory) -> Path:
     """tests/fixtures/kmod-kfuncs, an out-of-tree module with kfunc sets,
-    built against the 6.12 tree with OBJBTF (make M=...)."""
+    built against the 6.12 tree with OBJBTF (make M=...): its split BTF is
+    on a distilled base (.BTF.base)."""
     src = tmp_path_factory.mktemp('kmod') / 'kmod-kfuncs'
     shutil.copytree(FIXTURES / 'kmod-kfuncs', src)
     kbuild_6_12.make(f'M={src}', 'modules')
@@ -650,10 +653,14 @@ def test_module_kfuncs_are_tagged(kbuild_6_12, kmod):
     kfuncs, marked = btf_ids_kfuncs(kmod.with_name('objbtf_kfuncs.o'))     # before the BTF
     assert marked and set(kfuncs) == {'objbtf_kf_first', 'objbtf_kf_second'}
     base = parse_btf(sections(vmlinux)['.BTF'][0])
-    btf = parse_btf(sections(kmod)['.BTF'][0], base)
+    btf = load_btf_file(str(kmod), base)            # relocated from its distilled base
     assert tagged_functions(btf) == expected_tags(kfuncs, btf) == \
         {('bpf_kfunc', 'objbtf_kf_first'), ('bpf_kfunc', 'objbtf_kf_second')}
-    dump = run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', kmod).stdout
+    # libbpf reads it too, on its distilled base (Debian's 1.1 cannot relocate).
+    dist, split = kmod.parent / 'kmod.BTF.base', kmod.parent / 'kmod.BTF'
+    run('objcopy', f'--dump-section=.BTF.base={dist}', f'--dump-section=.BTF={split}', kmod,
+        kmod.parent / 'scratch.o')
+    dump = run(need('bpftool'), 'btf', 'dump', '-B', dist, 'file', split).stdout
     assert dump.count("DECL_TAG 'bpf_kfunc'") == 2
 
 
@@ -683,7 +690,10 @@ def test_resolve_btfids_ran_on_vmlinux_and_modules(kbuild_6_12, kmod):
     # All of them name a type, as in the stock build's vmlinux (90 of 90 there).
     found, listed = assert_ids_resolved(vmlinux, base)
     assert found == listed >= 50
-    split = parse_btf(sections(kmod)['.BTF'][0], base)
+    # The module's ids are on its distilled base, as resolve_btfids found it
+    # there (.BTF.base); the module loader maps them onto vmlinux's.
+    split = load_btf_file(str(kmod))
+    assert split.base is not None and len(split.base) < 100
     assert assert_ids_resolved(kmod, split) == (2, 2)         # objbtf_list's FUNC and STRUCT
     from btf_ids_oracle import btf_ids_entries
     _, sets = btf_ids_entries(kmod)
@@ -693,13 +703,41 @@ def test_resolve_btfids_ran_on_vmlinux_and_modules(kbuild_6_12, kmod):
 
 
 @pytest.mark.kernel
-def test_out_of_tree_module_gets_no_distilled_base(kbuild_6_12, kmod):
-    """objbtf writes no .BTF.base (docs/kbuild.md: distilled base BTF): the module's
-    BTF is split on vmlinux's, as for an in-tree module."""
+def test_out_of_tree_module_gets_a_distilled_base(kbuild_6_12, kmod):
+    """The module's split BTF is on a distilled base of its own (.BTF.base),
+    as the stock flow's pahole makes it for make M=; relocated onto
+    vmlinux's by the kernel's rules (objbtf/btf/distilled.py) it follows
+    the kernel's rules there.  An in-tree module's is on vmlinux's."""
     secs = sections(kmod)
-    assert '.BTF.base' not in secs
+    assert '.BTF.base' in secs and secs['.BTF.base'][1] == 0         # not loaded, as .BTF
+    dist = parse_btf(secs['.BTF.base'][0])
+    check_distilled_base(dist)
+    assert {'int', 'btf_kfunc_id_set', 'module'} <= {t.name for _, t in dist.own()}
+    assert objbtf('check', '--base', kbuild_6_12.build / 'vmlinux', kmod).returncode == 0
+    assert '--btf-features default,distilled_base' in saved_command(kmod)
+    for ko in kbuild_6_12.modules()[:5]:
+        assert '.BTF.base' not in sections(ko) and 'distilled_base' not in saved_command(ko)
+
+
+@pytest.mark.kernel
+def test_out_of_tree_module_btf_is_the_newest_pahole_s(kbuild_6_12, kmod, newest_pahole,
+                                                       tmp_path):
+    """The newest pahole with what 6.12's Makefile.btf gives it for make M=
+    (its default list and distilled_base) on the same .ko and vmlinux: the
+    same distilled base, type for type, and split BTF of the same content
+    (btf_content.py), both relocated onto vmlinux's."""
     vmlinux = kbuild_6_12.build / 'vmlinux'
-    assert objbtf('check', '--base', vmlinux, kmod).returncode == 0
+    theirs = tmp_path / kmod.name
+    shutil.copyfile(kmod, theirs)
+    run(newest_pahole, '-J', f'--btf_features={",".join(DEFAULT)}',
+        '--btf_features=distilled_base', '--lang_exclude=rust', '--btf_base', vmlinux, theirs,
+        env={**os.environ, 'LLVM_OBJCOPY': 'objcopy'})
+    dist = [parse_btf(sections(ko)['.BTF.base'][0]) for ko in (kmod, theirs)]
+    assert [t.key() for _, t in dist[0].own()] == [t.key() for _, t in dist[1].own()]
+    base = parse_btf(sections(vmlinux)['.BTF'][0])
+    ours, stock = (load_btf_file(str(ko), base) for ko in (kmod, theirs))
+    assert unexplained(stock, ours, objects=[kmod.with_suffix('.o')]) == []
+    assert named_types(stock) >= 1
 
 
 @pytest.mark.kernel
