@@ -253,6 +253,28 @@ def test_an_embedded_struct_must_keep_its_size():
     relocate(split, bigger)
 
 
+def test_an_embedded_struct_finds_one_type_of_its_name():
+    """As the kernel does, a FWD of an embedded struct's name before the
+    struct is no candidate (its size differs), one after it a second
+    candidate: the size counts only until the struct is mapped."""
+    _, split = distill(module(vmlinux_like()))
+    relocate(split, vmlinux_like(extra=(t(K.FWD, 'list_head'),)))
+    after = vmlinux_like()
+    after.types.append(t(K.FWD, 'list_head'))
+    with pytest.raises(RelocationError, match="'list_head'.*more than one candidate"):
+        relocate(split, after)
+
+
+def test_a_base_without_a_type_of_the_module_is_named(built, tmp_path):
+    """objbtf check on a base that lacks a type the module names: the
+    type, and exit status 1, as the kernel refuses it."""
+    ko = linked_module(built, tmp_path, 'distilled_base')
+    lacking = tmp_path / 'lacking.btf'
+    objbtf('link', '--output', lacking, built / 'unit_e.o')
+    r = objbtf('check', '--base', lacking, ko, check=False)
+    assert r.returncode == 1 and 'matches no type of the base' in r.stderr, r.stderr
+
+
 def test_same_named_structs_are_told_apart_by_size():
     base = vmlinux_like()
     _, split = distill(module(base))

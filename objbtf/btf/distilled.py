@@ -142,7 +142,9 @@ def base_map(split: Btf, base: Btf) -> dict[int, int]:
             dist_t = dist[dist_id]
             if by_size and dist_t.size != base_t.size:
                 continue
-            if not _compatible(dist_t, base_t, dist_id in embedded):
+            # The kernel asks an embedded type for its size only until it
+            # is mapped: a later candidate of its name is then one too many.
+            if not _compatible(dist_t, base_t, dist_id in embedded and dist_id not in mapped):
                 continue
             if dist_id in mapped:
                 raise RelocationError(
