@@ -441,6 +441,7 @@ def distill_pass(state: LinkState) -> None:
     state.final = Btf(split.types, base=parse_btf(raw), byteorder=split.byteorder)
     state.distilled = raw
     state.summary.distilled = len(dist)
+    state.summary.types_out = len(split)
 
 
 def encode_pass(state: LinkState) -> None:

@@ -260,7 +260,9 @@ def link(**values) -> None:
     datasec (one per output section), functions (drop names whose
     prototypes differ between objects or that sit at several addresses),
     kfuncs (a bpf_kfunc DECL_TAG on each kfunc .BTF_ids lists; vmlinux
-    only), dedup (libbpf's btf__dedup), emit.
+    only), dedup (libbpf's btf__dedup), distill (with distilled_base, a
+    module's split BTF on a distilled base of its own, written beside it
+    as .BTF.base: an out-of-tree module's), emit.
     \b
     Every object must have been encoded by this objbtf (its .BTF.objbtf
     format and hash scheme): others are named, to be rebuilt.  A FILE with
