@@ -32,10 +32,10 @@ from objbtf.btf import Kind, parse_btf
 from objbtf.btf.distilled import check_distilled_base
 from objbtf.btf.header import BtfHeader
 from objbtf.btf_file import load_btf_file
-from objbtf.inspect.diff import function_decls
+from objbtf.inspect.diff import diff_btf, function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
-from saved_commands import saved_command
+from saved_commands import first_command, saved_command
 
 
 def patches(version: str) -> list[Path]:
@@ -738,6 +738,42 @@ def test_out_of_tree_module_btf_is_the_newest_pahole_s(kbuild_6_12, kmod, newest
     ours, stock = (load_btf_file(str(ko), base) for ko in (kmod, theirs))
     assert unexplained(stock, ours, objects=[kmod.with_suffix('.o')]) == []
     assert named_types(stock) >= 1
+
+
+@pytest.mark.kernel
+def test_in_tree_modules_distilled_as_the_newest_pahole_does(kbuild_6_12, newest_pahole,
+                                                             tmp_path):
+    """The reference modules (veth, tun, dummy: more of vmlinux's types than
+    the fixture's) linked again from their objects with distilled_base, and
+    the newest pahole with it on the same .ko: the same distilled base, type
+    for type, and split BTF of the same content, relocated onto vmlinux."""
+    build = kbuild_6_12.build
+    vmlinux = build / 'vmlinux'
+    base = parse_btf(sections(vmlinux)['.BTF'][0])
+    kos = [ko for ko in kbuild_6_12.modules() if ko.name in REFERENCE_MODULES]
+    assert len(kos) == len(REFERENCE_MODULES)
+    for ko in kos:
+        ours, theirs = tmp_path / f'ours-{ko.name}', tmp_path / f'pahole-{ko.name}'
+        ld = first_command(ko)
+        ld[ld.index('-o') + 1] = str(ours)
+        run(*ld, cwd=build)
+        run(objbtf_command(), 'link', '--quiet', '--btf-features', 'default,distilled_base',
+            '--objects', ko.with_suffix('.mod').relative_to(build), '--base', 'vmlinux',
+            ours, cwd=build)
+        shutil.copyfile(ko, theirs)
+        run(newest_pahole, '-J', f'--btf_features={",".join(DEFAULT)}',
+            '--btf_features=distilled_base', '--lang_exclude=rust', '--btf_base', vmlinux,
+            theirs, env={**os.environ, 'LLVM_OBJCOPY': 'objcopy'})
+        dist = [parse_btf(sections(p)['.BTF.base'][0]) for p in (ours, theirs)]
+        assert len(dist[0]) >= 20, ko.name
+        assert [t.key() for _, t in dist[0].own()] == [t.key() for _, t in dist[1].own()], \
+            ko.name
+        relocated = [load_btf_file(str(p), base) for p in (theirs, ours)]
+        plain = parse_btf(sections(ko)['.BTF'][0], base)
+        assert unexplained(*relocated, objects=[ko.with_suffix('.o')]) == [], ko.name
+        # What it has more than the module's plain split BTF: base types copied.
+        moved = diff_btf(plain, relocated[1])['types']
+        assert moved.removed == moved.changed == [], ko.name
 
 
 @pytest.mark.kernel
