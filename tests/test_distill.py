@@ -25,6 +25,7 @@ from linkdedup.distill import DistillError, distill, reached_base_types
 from objbtf.btf import Btf, BtfType, Enumerator, Kind, Member, Param, parse_btf
 from objbtf.btf.distilled import (RelocationError, base_map, check_distilled_base,
                                   embedded_ids, relocate)
+from objbtf.btf.header import BtfHeader
 from objbtf.btf.types import VOID
 from objbtf.btf.writer import encode_btf
 from objbtf.btf_file import load_btf_file
@@ -425,3 +426,65 @@ def test_the_same_btf_base_as_the_newest_pahole(built, tmp_path, newest_pahole):
     split = [parse_btf(section(p, '.BTF'), d) for p, d in zip((ours, theirs), dist)]
     assert isomorphism_problem(split[0], split[1]) is None
     assert not any(diff_btf(split[1], split[0]).values())
+
+
+# --- libbpf's own btf__distill_base and the kernel's btf_relocate -------------
+
+def plain_split(built: Path, tmp_path: Path, objects: tuple[str, ...]) -> tuple[bytes, bytes]:
+    """(base.btf, the module of ``objects``' split BTF on it, linked without
+    distilled_base)."""
+    ko = tmp_path / 'plain.ko'
+    run('ld', '-r', '-o', ko, *[built / f'{o}.o' for o in objects])
+    objbtf('link', '--base', built / 'base.btf', ko)
+    return (built / 'base.btf').read_bytes(), section(ko, '.BTF')
+
+
+@pytest.mark.parametrize('objects', [('unit_a', 'unit_d'), ('unit_d',), ('unit_a',)])
+def test_the_same_distilled_base_and_split_as_libbpf(built, tmp_path, newest_libbpf, objects):
+    """libbpf's btf__distill_base on the module's plain split BTF gives what
+    objbtf's link writes with distilled_base: the same types under the same
+    ids, the same type and string sections byte for byte."""
+    base, split = plain_split(built, tmp_path, objects)
+    theirs_base, theirs_split = newest_libbpf.distill(base, split)
+    ko = tmp_path / 'distilled.ko'
+    run('ld', '-r', '-o', ko, *[built / f'{o}.o' for o in objects])
+    objbtf('link', '--btf-features', 'default,distilled_base', '--base', built / 'base.btf', ko)
+    ours_base, ours_split = section(ko, '.BTF.base'), section(ko, '.BTF')
+    dist = [parse_btf(ours_base), parse_btf(theirs_base)]
+    assert [x.key() for _, x in dist[0].own()] == [x.key() for _, x in dist[1].own()]
+    mine, libbpf = parse_btf(ours_split, dist[0]), parse_btf(theirs_split, dist[1])
+    assert [x.key() for _, x in mine.own()] == [x.key() for _, x in libbpf.own()]
+    # The same sections byte for byte (the newest libbpf's header is longer).
+    assert sections_of(ours_base) == sections_of(theirs_base)
+    assert sections_of(ours_split) == sections_of(theirs_split)
+
+
+def sections_of(raw: bytes) -> tuple[bytes, bytes]:
+    """The type and string sections of a raw BTF blob."""
+    h = BtfHeader.read(raw)
+    return bytes(h.types(raw)), bytes(h.strings(raw))
+
+
+@pytest.mark.parametrize('onto', ['base.btf', 'other.btf', 'lacking'])
+def test_the_same_relocation_as_the_kernel_s(built, tmp_path, newest_libbpf, onto):
+    """objbtf's relocation (what dump, check and diff read) against the
+    kernel's btf_relocate (libbpf's btf__relocate) of the same module, onto
+    its own base, another one, and one that lacks its types (refused by
+    both)."""
+    ko = linked_module(built, tmp_path, 'distilled_base')
+    dist_raw, split_raw = section(ko, '.BTF.base'), section(ko, '.BTF')
+    if onto == 'lacking':
+        objbtf('link', '--output', tmp_path / 'lacking.btf', built / 'unit_e.o')
+        target = tmp_path / 'lacking.btf'
+    else:
+        target = built / onto
+    base = load_btf_file(str(target))
+    theirs = newest_libbpf.relocate(dist_raw, split_raw, target.read_bytes())
+    on_dist = parse_btf(split_raw, parse_btf(dist_raw))
+    if theirs is None:
+        with pytest.raises(RelocationError):
+            relocate(on_dist, base)
+        return
+    ours = relocate(on_dist, base)
+    assert [x.key() for _, x in ours.own()] == \
+        [x.key() for _, x in parse_btf(theirs, base).own()]

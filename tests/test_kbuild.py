@@ -32,7 +32,7 @@ from objbtf.btf import Kind, parse_btf
 from objbtf.btf.distilled import check_distilled_base
 from objbtf.btf.header import BtfHeader
 from objbtf.btf_file import load_btf_file
-from objbtf.inspect.diff import diff_btf, function_decls
+from objbtf.inspect.diff import function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
 from saved_commands import first_command, saved_command
@@ -719,61 +719,84 @@ def test_out_of_tree_module_gets_a_distilled_base(kbuild_6_12, kmod):
         assert '.BTF.base' not in sections(ko) and 'distilled_base' not in saved_command(ko)
 
 
+def pahole_distilled(pahole: Path, ko: Path, vmlinux: Path, out: Path) -> Path:
+    """A copy of ``ko`` with the BTF the newest pahole writes for make M= on
+    6.12 (Makefile.btf's list for pahole 1.26 and later, and
+    distilled_base): .BTF on a distilled base in .BTF.base."""
+    shutil.copyfile(ko, out)
+    run(pahole, '-J', f'--btf_features={",".join(DEFAULT)}', '--btf_features=distilled_base',
+        '--lang_exclude=rust', '--btf_base', vmlinux, out,
+        env={**os.environ, 'LLVM_OBJCOPY': 'objcopy'})
+    return out
+
+
+def loaded_content(libbpf, ko: Path, vmlinux_raw: bytes, base):
+    """``ko``'s BTF as the kernel loads it (its .BTF.base relocated onto
+    vmlinux's by btf_relocate, libbpf's copy of it), passed through libbpf's
+    dedup on vmlinux's, which folds the base types that the distilled base
+    made copies of (and the newest pahole's own copies: stock_btf.py) back
+    into vmlinux: what is left is the module's own content."""
+    from libbpf_oracle import libbpf_dedup
+    secs = sections(ko)
+    raw = libbpf.relocate(secs['.BTF.base'][0], secs['.BTF'][0], vmlinux_raw)
+    assert raw is not None, f'{ko}: the kernel\'s relocation refuses its BTF'
+    return parse_btf(libbpf_dedup(raw, vmlinux_raw), base)
+
+
 @pytest.mark.kernel
 def test_out_of_tree_module_btf_is_the_newest_pahole_s(kbuild_6_12, kmod, newest_pahole,
-                                                       tmp_path):
+                                                       newest_libbpf, tmp_path):
     """The newest pahole with what 6.12's Makefile.btf gives it for make M=
-    (its default list and distilled_base) on the same .ko and vmlinux: the
-    same distilled base, type for type, and split BTF of the same content
-    (btf_content.py), both relocated onto vmlinux's."""
+    on the same .ko and vmlinux: both relocated onto vmlinux's BTF by the
+    kernel's rules, the same content (btf_content.py).  (Its distilled
+    base has more types: its split BTF keeps copies of base types that
+    reach them.)"""
     vmlinux = kbuild_6_12.build / 'vmlinux'
-    theirs = tmp_path / kmod.name
-    shutil.copyfile(kmod, theirs)
-    run(newest_pahole, '-J', f'--btf_features={",".join(DEFAULT)}',
-        '--btf_features=distilled_base', '--lang_exclude=rust', '--btf_base', vmlinux, theirs,
-        env={**os.environ, 'LLVM_OBJCOPY': 'objcopy'})
-    dist = [parse_btf(sections(ko)['.BTF.base'][0]) for ko in (kmod, theirs)]
-    assert [t.key() for _, t in dist[0].own()] == [t.key() for _, t in dist[1].own()]
-    base = parse_btf(sections(vmlinux)['.BTF'][0])
-    ours, stock = (load_btf_file(str(ko), base) for ko in (kmod, theirs))
+    vmlinux_raw = sections(vmlinux)['.BTF'][0]
+    base = parse_btf(vmlinux_raw)
+    theirs = pahole_distilled(newest_pahole, kmod, vmlinux, tmp_path / kmod.name)
+    ours, stock = (loaded_content(newest_libbpf, ko, vmlinux_raw, base) for ko in (kmod, theirs))
     assert unexplained(stock, ours, objects=[kmod.with_suffix('.o')]) == []
-    assert named_types(stock) >= 1
+    assert named_types(ours) >= 2
 
 
 @pytest.mark.kernel
-def test_in_tree_modules_distilled_as_the_newest_pahole_does(kbuild_6_12, newest_pahole,
-                                                             tmp_path):
+def test_in_tree_modules_distilled_as_libbpf_and_pahole_do(kbuild_6_12, newest_pahole,
+                                                           newest_libbpf, tmp_path):
     """The reference modules (veth, tun, dummy: more of vmlinux's types than
-    the fixture's) linked again from their objects with distilled_base, and
-    the newest pahole with it on the same .ko: the same distilled base, type
-    for type, and split BTF of the same content, relocated onto vmlinux."""
+    the fixture's) linked again from their objects with distilled_base:
+    libbpf's btf__distill_base on their plain split BTF gives the same
+    .BTF.base and .BTF, byte for byte but for the header; and the newest
+    pahole with distilled_base on the same .ko, both as the kernel loads
+    them, the same content."""
     build = kbuild_6_12.build
     vmlinux = build / 'vmlinux'
-    base = parse_btf(sections(vmlinux)['.BTF'][0])
+    vmlinux_raw = sections(vmlinux)['.BTF'][0]
+    base = parse_btf(vmlinux_raw)
     kos = [ko for ko in kbuild_6_12.modules() if ko.name in REFERENCE_MODULES]
     assert len(kos) == len(REFERENCE_MODULES)
     for ko in kos:
-        ours, theirs = tmp_path / f'ours-{ko.name}', tmp_path / f'pahole-{ko.name}'
+        ours = tmp_path / f'ours-{ko.name}'
         ld = first_command(ko)
         ld[ld.index('-o') + 1] = str(ours)
         run(*ld, cwd=build)
         run(objbtf_command(), 'link', '--quiet', '--btf-features', 'default,distilled_base',
             '--objects', ko.with_suffix('.mod').relative_to(build), '--base', 'vmlinux',
             ours, cwd=build)
-        shutil.copyfile(ko, theirs)
-        run(newest_pahole, '-J', f'--btf_features={",".join(DEFAULT)}',
-            '--btf_features=distilled_base', '--lang_exclude=rust', '--btf_base', vmlinux,
-            theirs, env={**os.environ, 'LLVM_OBJCOPY': 'objcopy'})
-        dist = [parse_btf(sections(p)['.BTF.base'][0]) for p in (ours, theirs)]
-        assert len(dist[0]) >= 20, ko.name
-        assert [t.key() for _, t in dist[0].own()] == [t.key() for _, t in dist[1].own()], \
-            ko.name
-        relocated = [load_btf_file(str(p), base) for p in (theirs, ours)]
-        plain = parse_btf(sections(ko)['.BTF'][0], base)
-        assert unexplained(*relocated, objects=[ko.with_suffix('.o')]) == [], ko.name
-        # What it has more than the module's plain split BTF: base types copied.
-        moved = diff_btf(plain, relocated[1])['types']
-        assert moved.removed == moved.changed == [], ko.name
+        dist_raw, split_raw = newest_libbpf.distill(vmlinux_raw, sections(ko)['.BTF'][0])
+        secs = sections(ours)
+        assert blob_sections(secs['.BTF.base'][0]) == blob_sections(dist_raw), ko.name
+        assert blob_sections(secs['.BTF'][0]) == blob_sections(split_raw), ko.name
+        assert len(parse_btf(dist_raw)) >= 5, ko.name
+        theirs = pahole_distilled(newest_pahole, ko, vmlinux, tmp_path / f'pahole-{ko.name}')
+        loaded = [loaded_content(newest_libbpf, p, vmlinux_raw, base) for p in (theirs, ours)]
+        assert unexplained(*loaded, objects=[ko.with_suffix('.o')]) == [], ko.name
+
+
+def blob_sections(raw: bytes) -> tuple[bytes, bytes]:
+    """The type and string sections of raw BTF."""
+    h = BtfHeader.read(raw)
+    return bytes(h.types(raw)), bytes(h.strings(raw))
 
 
 @pytest.mark.kernel
