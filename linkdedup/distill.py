@@ -26,11 +26,12 @@ pass makes the same two blobs, by the same rules:
    order; every reference renumbered onto the distilled base and the new
    split ids.
 
-The result is libbpf's type for type, id for id: the tests compare it with
-the newest pahole's on a real module, and boot a kernel of another build
-that loads it.  After dedup, since dedup decides which base types the
-module's types are; before encode, which writes the split BTF on the
-distilled base's strings.
+The result is libbpf's type for type, id for id, string for string: the
+tests compare it with the vendored libbpf's own ``btf__distill_base()``
+(tests/newest_libbpf.py), with the newest pahole's on real modules, and
+boot a kernel of another build that loads it.  After dedup, since dedup
+decides which base types the module's types are; before encode, which
+writes the split BTF on the distilled base's strings.
 """
 from __future__ import annotations
 
