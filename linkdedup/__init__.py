@@ -23,12 +23,17 @@
    last of the passes that change types, so that it sees them all; a
    module's link with ``--base-index`` dedups through the base's index
    (``base_index``, ``premap``).
-8. encode: the final bytes; ``--split-vars`` moves variables into split
+8. distill (``distill``): with ``distilled_base``, a module's split BTF
+   on a distilled base of its own (``.BTF.base``), which another build of
+   the same kernel relocates onto its vmlinux.  After dedup, which decides
+   which base types the module uses.
+9. encode: the final bytes; ``--split-vars`` moves variables into split
    BTF (``split_vars``); ``--cache`` keeps the link for the next one.
-9. layout: with the ``layout`` feature, the kind layout section that
-   Linux 7.x reads (``objbtf.btf.writer.with_kind_layout``), in base BTF.
-10. emit (``emit``): written where it was asked for, atomically.
-11. stamp (``stamp``): with ``--types-stamp``, a file rewritten only when
+10. layout: with the ``layout`` feature, the kind layout section that
+    Linux 7.x reads (``objbtf.btf.writer.with_kind_layout``), in base BTF.
+11. emit (``emit``): written where it was asked for, atomically (a
+    module's ``.BTF.base`` in the same rewrite).
+12. stamp (``stamp``): with ``--types-stamp``, a file rewritten only when
     the types modules depend on changed; Kbuild's modules depend on it.
 
 Passes 2 to 6 remove types through ``tombstone`` so that ids do not move

@@ -19,6 +19,7 @@ from objbtf.btf.kinds import BTF_HEADER_LEN, Kind
 from objbtf.btf.types import Btf, BtfType, gc_paused
 from objbtf.btf.validate import first_problem, first_problem_among
 from objbtf.btf.writer import encode_btf, with_kind_layout
+from objbtf.elf.consts import ET_REL
 from objbtf.elf.errors import ElfError
 from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
@@ -32,6 +33,7 @@ from . import stamp
 from .base_index import BaseIndex, open_index
 from .concat import Blob, canonical_order, split_blobs
 from .datasec import misplaced, rebuild_datasecs
+from .distill import DistillError, distill
 from .emit import emit
 from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions, merged_facts
 from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, kernel_marks_sets, tag_kfuncs
@@ -65,6 +67,7 @@ class Summary:
         self.replayed = False
         self.typeless = 0
         self.premapped: int | None = None
+        self.distilled: int | None = None      # types in the distilled base
         #: vmlinux's objects encoded from GCC's BTF, and the (LOST_*, enum
         #: name) their chunks counted (``dwarfless_note``).
         self.from_compiler = 0
@@ -95,6 +98,8 @@ class Summary:
                f'{self.seconds:.1f} s{how} -> {self.written}']
         if self.split:
             out.append(f'  split off: {self.split}')
+        if self.distilled is not None:
+            out.append(f'  distilled base: {self.distilled} types in .BTF.base')
         if self.premapped is not None:
             out.append(f'  base index: {self.premapped} of {self.merged} types found '
                        'in the base by hash')
@@ -180,6 +185,7 @@ class LinkState:
         self.placed: Placements = {}
         self.layout: list[list[Field]] = []
         self.raw: bytes | None = None       # encode_pass, or replay_pass from the cache
+        self.distilled: bytes | None = None  # distill_pass: the module's .BTF.base
 
     @property
     def raw_bytes(self) -> bytes:
@@ -413,8 +419,33 @@ def _base_problem(base: Btf) -> str | None:
     return str(problem) if problem is not None else None
 
 
+def distill_pass(state: LinkState) -> None:
+    """Pass 8: with ``distilled_base``, a module's split BTF on a distilled
+    base of its own, which goes beside it as ``.BTF.base`` (``distill``)."""
+    settings = state.settings
+    if not settings.features.distilled_base or state.base is None:
+        return
+    if settings.output is not None:
+        raise LinkError(f'{settings.file}: distilled_base writes .BTF.base into the module '
+                        f'beside its .BTF: link it in place, without --output')
+    if state.elf.e_type != ET_REL:
+        raise LinkError(f'{settings.file}: distilled_base is for a module (a relocatable .ko), '
+                        f'not for an ELF file of type {state.elf.e_type}')
+    from objbtf.btf.reader import parse_btf
+    state.progress.step('distill')
+    try:
+        dist, split = distill(state.final)
+    except DistillError as err:
+        raise LinkError(f'{settings.file}: {err}') from None
+    raw = encode_btf(dist)
+    state.final = Btf(split.types, base=parse_btf(raw), byteorder=split.byteorder)
+    state.distilled = raw
+    state.summary.distilled = len(dist)
+    state.summary.types_out = len(split)
+
+
 def encode_pass(state: LinkState) -> None:
-    """Pass 8: the final BTF's bytes; with ``--split-vars`` the variables
+    """Pass 9: the final BTF's bytes; with ``--split-vars`` the variables
     split off (``split_vars``); with ``--cache`` kept for the next link."""
     state.progress.step('emit')
     offsets: list[int] = []
@@ -444,20 +475,22 @@ def encode_pass(state: LinkState) -> None:
 
 
 def layout_pass(state: LinkState) -> None:
-    """Pass 9: with ``layout``, the kind layout section (``with_kind_layout``),
+    """Pass 10: with ``layout``, the kind layout section (``with_kind_layout``),
     in base BTF only, as pahole adds it."""
     if state.settings.features.layout and state.base is None:
         state.raw = with_kind_layout(state.raw_bytes)
 
 
 def emit_pass(state: LinkState) -> None:
-    """Pass 10: the final BTF written where it was asked for (``emit``)."""
+    """Pass 11: the final BTF written where it was asked for, with the
+    distilled base if there is one (``emit``)."""
     state.summary.written = emit(state.raw_bytes, state.elf, state.settings.file,
-                                 state.settings.input_section, state.settings.output)
+                                 state.settings.input_section, state.settings.output,
+                                 state.distilled)
 
 
 def stamp_pass(state: LinkState) -> None:
-    """Pass 11: with ``--types-stamp``, that file rewritten if the types
+    """Pass 12: with ``--types-stamp``, that file rewritten if the types
     modules depend on changed (``stamp``)."""
     if state.settings.types_stamp is not None:
         stamp.stamp_types(state.settings.types_stamp, state.raw_bytes, state.settings.file)
@@ -468,7 +501,7 @@ PREPARE = (merge_pass, relocate_pass, datasec_pass, functions_pass, kfuncs_pass)
 #: The passes that follow the final bytes, however they were made.
 FINISH = (layout_pass, emit_pass, stamp_pass)
 #: A link, in order (``linkdedup/__init__.py`` says why this order).
-LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, encode_pass, *FINISH)
+LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, distill_pass, encode_pass, *FINISH)
 
 
 class FromSymbols:

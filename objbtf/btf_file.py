@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .btf.chunk import SECTION as CHUNK_SECTION, Chunk, split_chunks
+from .btf.distilled import SECTION as DISTILLED_SECTION
 from .btf.errors import BtfError
 from .btf.reader import parse_btf
 from .btf.types import Btf
@@ -32,6 +33,35 @@ def read_btf(path: str) -> tuple[bytes, int]:
         if sec is None:
             raise BtfError('no .BTF section')
         return _as_linked_alone(elf, sec, elf.section_data(sec)), elf.pointer_size
+
+
+def read_split(path: str, base: Btf | None) -> tuple[bytes, Btf | None, int]:
+    """``read_btf`` of ``path``, with the base its BTF is split on: ``base``.
+    A module with a distilled base (``.BTF.base``: an out-of-tree module's,
+    ``objbtf.btf.distilled``) is read as the kernel loads it: its BTF
+    relocated onto ``base`` (re-encoded on it), or without ``base`` on the
+    distilled base itself.  BtfError (a ``RelocationError``) when it cannot
+    be relocated."""
+    raw, pointer_size = read_btf(path)
+    dist = distilled_base_of(path)
+    if dist is None:
+        return raw, base, pointer_size
+    on_dist = parse_btf(raw, parse_btf(dist))
+    if base is None:
+        assert on_dist.base is not None
+        return raw, on_dist.base, pointer_size
+    from .btf.distilled import relocate
+    from .btf.writer import encode_btf
+    return encode_btf(relocate(on_dist, base)), base, pointer_size
+
+
+def distilled_base_of(path: str) -> bytes | None:
+    """The ``.BTF.base`` section of ``path``, if it is ELF and has one."""
+    if not _is_elf(path):
+        return None
+    with ElfFile.open(path) as elf:
+        sec = elf.section_by_name(DISTILLED_SECTION)
+        return None if sec is None else elf.section_data(sec)
 
 
 def chunks_of(path: str) -> list[Chunk]:
@@ -84,8 +114,10 @@ def pointer_size_of(path: str) -> int:
 
 
 def load_btf_file(path: str, base: Btf | None = None) -> Btf:
-    """Parse the BTF of ``path`` (split on ``base`` if given)."""
+    """Parse the BTF of ``path`` (split on ``base`` if given; a module with
+    a distilled base relocated onto it: ``read_split``)."""
     try:
-        return parse_btf(read_btf_bytes(path), base)
+        raw, on, _ = read_split(path, base)
+        return parse_btf(raw, on)
     except ElfError as err:
         raise BtfError(str(err)) from None

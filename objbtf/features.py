@@ -5,7 +5,9 @@ from __future__ import annotations
 DEFAULT = ('encode_force', 'var', 'float', 'decl_tag', 'type_tag', 'enum64',
            'optimized_func', 'consistent_func', 'decl_tag_kfuncs')
 #: Features pahole knows but leaves off by default (Linux 7.x asks for
-#: ``attributes`` and ``layout``: the kernels before it refuse ``layout``).
+#: ``attributes`` and ``layout``: the kernels before it refuse ``layout``;
+#: 6.12 asks for ``distilled_base`` for out-of-tree modules, whose link then
+#: writes ``.BTF.base``: linkdedup/distill.py).
 OPTIONAL = ('global_var', 'reproducible_build', 'distilled_base', 'attributes', 'layout')
 
 

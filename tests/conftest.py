@@ -181,6 +181,20 @@ def newest_pahole(request, tmp_path_factory) -> Path:
     return built(kept if kept is not None else tmp_path_factory.mktemp('pahole'))
 
 
+@pytest.fixture(scope='session')
+def newest_libbpf(request, tmp_path_factory):
+    """The newest libbpf (the vendored pahole's), built once a run (into
+    ``--keep-builds`` DIR when given, and reused from there), through
+    ctypes: btf__distill_base and the kernel's btf_relocate."""
+    from newest_libbpf import Libbpf, built
+    for tool in ('make', 'gcc'):
+        if shutil.which(tool) is None:
+            pytest.fail(f'{tool} is not installed; the newest libbpf is built from vendor/ '
+                        'with it (scripts/install.sh installs it)')
+    kept = request.config.getoption('--keep-builds')
+    return Libbpf(built(kept if kept is not None else tmp_path_factory.mktemp('libbpf')))
+
+
 # --- the kernel builds: one session fixture per row of kernel_matrix.MATRIX ---
 
 def _build_fixture(row: Build):

@@ -82,26 +82,56 @@ def test_the_booted_kernel_uses_objbtf_s_btf(build, request, guest_tools, tmp_pa
     assert errors == [], console
 
 
-def test_an_out_of_tree_module_keeps_its_btf_on_another_build(kbuild_7_2, kbuild_7_2_gbtf,
+#: (the build an out-of-tree module is built against, another build of the
+#: same version: the DWARF-less one, one more config option and other BTF ids).
+OTHER_BUILDS = [('kbuild_7_2', 'kbuild_7_2_gbtf'), ('kbuild_6_12', 'kbuild_6_12_gbtf')]
+
+
+def built_kmod(tree, where: Path, *make_args: str) -> Path:
+    """tests/fixtures/kmod-kfuncs built with make M= against ``tree``."""
+    src = where / 'kmod-kfuncs'
+    shutil.copytree(FIXTURES / 'kmod-kfuncs', src)
+    tree.make(f'M={src}', *make_args, 'modules')
+    return src / 'objbtf_kfuncs.ko'
+
+
+def boot_with(other, ko: Path, guest_tools, where: Path):
+    files = {**guest_tools, '/init': INIT.encode(), f'/modules/{ko.name}': ko}
+    return boot(other.build / 'vmlinux', write_initramfs(where / 'initramfs.cpio', files))
+
+
+@pytest.mark.parametrize('home,elsewhere', OTHER_BUILDS)
+def test_an_out_of_tree_module_keeps_its_btf_on_another_build(home, elsewhere, request,
                                                                guest_tools, tmp_path):
     """An out-of-tree module (tests/fixtures/kmod-kfuncs) built with make M=
-    against the 7.2 tree gets a distilled base (.BTF.base: the stock flow's
-    resolve_btfids --distill_base, after objbtf's link), so the kernel of
-    another build of 7.2 relocates its BTF onto its own: the DWARF-less
-    build's, with one more config option and other BTF ids."""
-    src = tmp_path / 'kmod-kfuncs'
-    shutil.copytree(FIXTURES / 'kmod-kfuncs', src)
-    kbuild_7_2.make(f'M={src}', 'modules')
-    ko = src / 'objbtf_kfuncs.ko'
+    against one tree gets a distilled base (.BTF.base: on 7.2 the stock
+    flow's resolve_btfids --distill_base, after objbtf's link; on 6.12
+    objbtf's link, linkdedup/distill.py), so the kernel of another build of
+    the same version relocates its BTF onto its own: the DWARF-less build's,
+    with one more config option and other BTF ids.  On 6.12 the same module
+    linked without distilled_base (OBJBTF_FLAGS' own list, docs/kbuild.md)
+    has split BTF on its build's vmlinux, which that kernel cannot take: the
+    test would see it."""
+    tree, other = request.getfixturevalue(home), request.getfixturevalue(elsewhere)
+    (tmp_path / 'distilled').mkdir()
+    ko = built_kmod(tree, tmp_path / 'distilled')
     assert '.BTF.base' in sections(ko)
-    other = kbuild_7_2_gbtf
     assert 'CONFIG_OBJBTF_GBTF=y' in other.config() and \
-        'CONFIG_OBJBTF_GBTF=y' not in kbuild_7_2.config()
-    btf = [sections(tree.build / 'vmlinux')['.BTF'][0] for tree in (kbuild_7_2, other)]
+        'CONFIG_OBJBTF_GBTF=y' not in tree.config()
+    btf = [sections(t.build / 'vmlinux')['.BTF'][0] for t in (tree, other)]
     assert btf[0] != btf[1]
-    files = {**guest_tools, '/init': INIT.encode(), f'/modules/{ko.name}': ko}
-    guest = boot(other.build / 'vmlinux', write_initramfs(tmp_path / 'initramfs.cpio', files))
+    guest = boot_with(other, ko, guest_tools, tmp_path / 'distilled')
     console = guest.console[-6000:]
     assert guest.said('module-failed') == [], console
     assert guest.said('module-btf') == [module_name(ko)], console
     assert [line for line in guest.kernel_log() if BTF_ERROR.search(line)] == [], console
+    if tree.version == '7.2':
+        return
+    (tmp_path / 'plain').mkdir()
+    plain = built_kmod(tree, tmp_path / 'plain', 'OBJBTF_FLAGS=--btf-features default')
+    assert '.BTF.base' not in sections(plain)
+    guest = boot_with(other, plain, guest_tools, tmp_path / 'plain')
+    console = guest.console[-6000:]
+    assert guest.said('release'), console
+    refused = [line for line in guest.kernel_log() if BTF_ERROR.search(line)]
+    assert guest.said('module-btf') != [module_name(plain)] or refused, console

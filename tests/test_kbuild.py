@@ -29,11 +29,13 @@ from kbuild_tree import (INTEGRATION, REFERENCE_MODULES, KernelBuild, added_file
 from kernel_matrix import VERSIONS
 from newest_pahole import NEWEST_PAHOLE_FLAGS, funcs
 from objbtf.btf import Kind, parse_btf
+from objbtf.btf.distilled import check_distilled_base
 from objbtf.btf.header import BtfHeader
+from objbtf.btf_file import load_btf_file
 from objbtf.inspect.diff import function_decls
 from objbtf.elf.reader import ElfFile
 from objbtf.features import DEFAULT, Features
-from saved_commands import saved_command
+from saved_commands import first_command, saved_command
 
 
 def patches(version: str) -> list[Path]:
@@ -613,8 +615,8 @@ def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
     asked = m[1].split(',')
     assert sorted(asked) == sorted(DEFAULT)
     assert Features.parse(m[1]).names() == Features().names()
-    # Out-of-tree modules also ask for distilled_base: a name objbtf takes,
-    # and does not produce (docs/kbuild.md: distilled base BTF).
+    # Out-of-tree modules also ask for distilled_base, which the patched
+    # Makefile.modfinal asks of objbtf link for them (docs/kbuild.md).
     extmod = re.findall(r'module-pahole-flags-.*?\+= --btf_features=(\S+)', text)
     assert extmod == ['distilled_base'] and 'distilled_base' in Features.NAMES
 
@@ -622,7 +624,8 @@ def test_default_features_are_what_makefile_btf_asks_of_pahole(tmp_path):
 @pytest.fixture(scope='module')
 def kmod(kbuild_6_12, tmp_path_factory) -> Path:
     """tests/fixtures/kmod-kfuncs, an out-of-tree module with kfunc sets,
-    built against the 6.12 tree with OBJBTF (make M=...)."""
+    built against the 6.12 tree with OBJBTF (make M=...): its split BTF is
+    on a distilled base (.BTF.base)."""
     src = tmp_path_factory.mktemp('kmod') / 'kmod-kfuncs'
     shutil.copytree(FIXTURES / 'kmod-kfuncs', src)
     kbuild_6_12.make(f'M={src}', 'modules')
@@ -663,10 +666,14 @@ def test_module_kfuncs_are_tagged(kbuild_6_12, kmod):
     kfuncs, marked = btf_ids_kfuncs(kmod.with_name('objbtf_kfuncs.o'))     # before the BTF
     assert marked and set(kfuncs) == {'objbtf_kf_first', 'objbtf_kf_second'}
     base = parse_btf(sections(vmlinux)['.BTF'][0])
-    btf = parse_btf(sections(kmod)['.BTF'][0], base)
+    btf = load_btf_file(str(kmod), base)            # relocated from its distilled base
     assert tagged_functions(btf) == expected_tags(kfuncs, btf) == \
         {('bpf_kfunc', 'objbtf_kf_first'), ('bpf_kfunc', 'objbtf_kf_second')}
-    dump = run(need('bpftool'), 'btf', 'dump', '-B', vmlinux, 'file', kmod).stdout
+    # libbpf reads it too, on its distilled base (Debian's 1.1 cannot relocate).
+    dist, split = kmod.parent / 'kmod.BTF.base', kmod.parent / 'kmod.BTF'
+    run('objcopy', f'--dump-section=.BTF.base={dist}', f'--dump-section=.BTF={split}', kmod,
+        kmod.parent / 'scratch.o')
+    dump = run(need('bpftool'), 'btf', 'dump', '-B', dist, 'file', split).stdout
     assert dump.count("DECL_TAG 'bpf_kfunc'") == 2
 
 
@@ -696,7 +703,10 @@ def test_resolve_btfids_ran_on_vmlinux_and_modules(kbuild_6_12, kmod):
     # All of them name a type, as in the stock build's vmlinux (90 of 90 there).
     found, listed = assert_ids_resolved(vmlinux, base)
     assert found == listed >= 50
-    split = parse_btf(sections(kmod)['.BTF'][0], base)
+    # The module's ids are on its distilled base, as resolve_btfids found it
+    # there (.BTF.base); the module loader maps them onto vmlinux's.
+    split = load_btf_file(str(kmod))
+    assert split.base is not None and len(split.base) < 100
     assert assert_ids_resolved(kmod, split) == (2, 2)         # objbtf_list's FUNC and STRUCT
     from btf_ids_oracle import btf_ids_entries
     _, sets = btf_ids_entries(kmod)
@@ -706,13 +716,100 @@ def test_resolve_btfids_ran_on_vmlinux_and_modules(kbuild_6_12, kmod):
 
 
 @pytest.mark.kernel
-def test_out_of_tree_module_gets_no_distilled_base(kbuild_6_12, kmod):
-    """objbtf writes no .BTF.base (docs/kbuild.md: distilled base BTF): the module's
-    BTF is split on vmlinux's, as for an in-tree module."""
+def test_out_of_tree_module_gets_a_distilled_base(kbuild_6_12, kmod):
+    """The module's split BTF is on a distilled base of its own (.BTF.base),
+    as the stock flow's pahole makes it for make M=; relocated onto
+    vmlinux's by the kernel's rules (objbtf/btf/distilled.py) it follows
+    the kernel's rules there.  An in-tree module's is on vmlinux's."""
     secs = sections(kmod)
-    assert '.BTF.base' not in secs
+    assert '.BTF.base' in secs and secs['.BTF.base'][1] == 0         # not loaded, as .BTF
+    dist = parse_btf(secs['.BTF.base'][0])
+    check_distilled_base(dist)
+    assert {'int', 'long int'} <= {t.name for _, t in dist.own()}
+    assert objbtf('check', '--base', kbuild_6_12.build / 'vmlinux', kmod).returncode == 0
+    assert '--btf-features default,distilled_base' in saved_command(kmod)
+    for ko in kbuild_6_12.modules()[:5]:
+        assert '.BTF.base' not in sections(ko) and 'distilled_base' not in saved_command(ko)
+
+
+def pahole_distilled(pahole: Path, ko: Path, vmlinux: Path, out: Path) -> Path:
+    """A copy of ``ko`` with the BTF the newest pahole writes for make M= on
+    6.12 (Makefile.btf's list for pahole 1.26 and later, and
+    distilled_base): .BTF on a distilled base in .BTF.base."""
+    shutil.copyfile(ko, out)
+    run(pahole, '-J', f'--btf_features={",".join(DEFAULT)}', '--btf_features=distilled_base',
+        '--lang_exclude=rust', '--btf_base', vmlinux, out,
+        env={**os.environ, 'LLVM_OBJCOPY': 'objcopy'})
+    return out
+
+
+def loaded_content(libbpf, ko: Path, vmlinux_raw: bytes, base):
+    """``ko``'s BTF as the kernel loads it (its .BTF.base relocated onto
+    vmlinux's by btf_relocate, libbpf's copy of it), passed through libbpf's
+    dedup on vmlinux's, which folds the base types that the distilled base
+    made copies of (and the newest pahole's own copies: stock_btf.py) back
+    into vmlinux: what is left is the module's own content."""
+    from libbpf_oracle import libbpf_dedup
+    secs = sections(ko)
+    raw = libbpf.relocate(secs['.BTF.base'][0], secs['.BTF'][0], vmlinux_raw)
+    assert raw is not None, f'{ko}: the kernel\'s relocation refuses its BTF'
+    return parse_btf(libbpf_dedup(raw, vmlinux_raw), base)
+
+
+@pytest.mark.kernel
+def test_out_of_tree_module_btf_is_the_newest_pahole_s(kbuild_6_12, kmod, newest_pahole,
+                                                       newest_libbpf, tmp_path):
+    """The newest pahole with what 6.12's Makefile.btf gives it for make M=
+    on the same .ko and vmlinux: both relocated onto vmlinux's BTF by the
+    kernel's rules, the same content (btf_content.py).  (Its distilled
+    base has more types: its split BTF keeps copies of base types that
+    reach them.)"""
     vmlinux = kbuild_6_12.build / 'vmlinux'
-    assert objbtf('check', '--base', vmlinux, kmod).returncode == 0
+    vmlinux_raw = sections(vmlinux)['.BTF'][0]
+    base = parse_btf(vmlinux_raw)
+    theirs = pahole_distilled(newest_pahole, kmod, vmlinux, tmp_path / kmod.name)
+    ours, stock = (loaded_content(newest_libbpf, ko, vmlinux_raw, base) for ko in (kmod, theirs))
+    assert unexplained(stock, ours, objects=[kmod.with_suffix('.o')]) == []
+    assert named_types(ours) >= 2
+
+
+@pytest.mark.kernel
+def test_in_tree_modules_distilled_as_libbpf_and_pahole_do(kbuild_6_12, newest_pahole,
+                                                           newest_libbpf, tmp_path):
+    """The reference modules (veth, tun, dummy: more of vmlinux's types than
+    the fixture's) linked again from their objects with distilled_base:
+    libbpf's btf__distill_base on their plain split BTF gives the same
+    .BTF.base and .BTF, byte for byte but for the header; and the newest
+    pahole with distilled_base on the same .ko, both as the kernel loads
+    them, the same content."""
+    build = kbuild_6_12.build
+    vmlinux = build / 'vmlinux'
+    vmlinux_raw = sections(vmlinux)['.BTF'][0]
+    base = parse_btf(vmlinux_raw)
+    kos = [ko for ko in kbuild_6_12.modules() if ko.name in REFERENCE_MODULES]
+    assert len(kos) == len(REFERENCE_MODULES)
+    for ko in kos:
+        ours = tmp_path / f'ours-{ko.name}'
+        ld = first_command(ko)
+        ld[ld.index('-o') + 1] = str(ours)
+        run(*ld, cwd=build)
+        run(objbtf_command(), 'link', '--quiet', '--btf-features', 'default,distilled_base',
+            '--objects', ko.with_suffix('.mod').relative_to(build), '--base', 'vmlinux',
+            ours, cwd=build)
+        dist_raw, split_raw = newest_libbpf.distill(vmlinux_raw, sections(ko)['.BTF'][0])
+        secs = sections(ours)
+        assert blob_sections(secs['.BTF.base'][0]) == blob_sections(dist_raw), ko.name
+        assert blob_sections(secs['.BTF'][0]) == blob_sections(split_raw), ko.name
+        assert len(parse_btf(dist_raw)) >= 5, ko.name
+        theirs = pahole_distilled(newest_pahole, ko, vmlinux, tmp_path / f'pahole-{ko.name}')
+        loaded = [loaded_content(newest_libbpf, p, vmlinux_raw, base) for p in (theirs, ours)]
+        assert unexplained(*loaded, objects=[ko.with_suffix('.o')]) == [], ko.name
+
+
+def blob_sections(raw: bytes) -> tuple[bytes, bytes]:
+    """The type and string sections of raw BTF."""
+    h = BtfHeader.read(raw)
+    return bytes(h.types(raw)), bytes(h.strings(raw))
 
 
 @pytest.mark.kernel

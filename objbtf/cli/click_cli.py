@@ -141,9 +141,9 @@ def cc(command: tuple[str, ...], features: Features) -> None:
 
 
 def _read_or_exit(path: str, base_path: str | None):
-    """(raw bytes, base Btf or None, pointer size: ``read_btf``) of
+    """(raw bytes, base Btf or None, pointer size: ``read_split``) of
     ``path``, or exit 1 naming the file."""
-    from ..btf_file import load_btf_file, read_btf
+    from ..btf_file import load_btf_file, read_split
     from ..errors import ObjbtfError
     from ..regular_files import error_text
     try:
@@ -151,7 +151,7 @@ def _read_or_exit(path: str, base_path: str | None):
     except (OSError, ObjbtfError) as err:
         raise click.ClickException(f'{base_path}: {error_text(err)}') from None
     try:
-        raw, pointer_size = read_btf(path)
+        raw, base, pointer_size = read_split(path, base)
     except (OSError, ObjbtfError) as err:
         raise click.ClickException(f'{path}: {error_text(err)}') from None
     return raw, base, pointer_size
@@ -163,7 +163,10 @@ def dump(file: str, base_path: str | None) -> None:
     """List the BTF of FILE as `bpftool btf dump file` does.
 
     FILE is an object, a vmlinux or module with a .BTF section, or a raw
-    .btf file.  Split BTF (a module's) needs --base vmlinux.
+    .btf file.  Split BTF (a module's) needs --base vmlinux.  A module
+    with a distilled base (.BTF.base, an out-of-tree module's) is read as
+    the kernel loads it: relocated onto --base, or without it on its
+    distilled base.
     """
     from ..btf.dump import dump_btf
     from ..btf.errors import BtfError
@@ -257,7 +260,9 @@ def link(**values) -> None:
     datasec (one per output section), functions (drop names whose
     prototypes differ between objects or that sit at several addresses),
     kfuncs (a bpf_kfunc DECL_TAG on each kfunc .BTF_ids lists; vmlinux
-    only), dedup (libbpf's btf__dedup), emit.
+    only), dedup (libbpf's btf__dedup), distill (with distilled_base, a
+    module's split BTF on a distilled base of its own, written beside it
+    as .BTF.base: an out-of-tree module's), emit.
     \b
     Every object must have been encoded by this objbtf (its .BTF.objbtf
     format and hash scheme): others are named, to be rebuilt.  A FILE with
