@@ -291,12 +291,14 @@ _NEEDS = pytest.StashKey[set]()
 @pytest.hookimpl(trylast=True, specname='pytest_collection_modifyitems')
 def pytest_collection_modifyitems_by_tier(config, items):
     """Deselects (does not skip) the tests needing a build outside the run's
-    tier; runs the tests of one build together, in MATRIX's order, so that
-    each build's trees can go after its last test (pytest_runtest_teardown)."""
+    tier, and short of the full tier those marked ``full_only``; runs the
+    tests of one build together, in MATRIX's order, so that each build's
+    trees can go after its last test (pytest_runtest_teardown)."""
     plan = config.stash[_PLAN]
     order = {b.fixture: i for i, b in enumerate(MATRIX)}
     full = config.getoption('--tier') == 'full'
     kept = [item for item in items if item.stash[_NEEDS] <= plan.builds
+            and (full or not item.get_closest_marker('full_only'))
             and (full or not item.get_closest_marker('relinks')
                  or item.stash[_NEEDS] <= set(RELINKED))]
     if len(kept) != len(items):
