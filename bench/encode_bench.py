@@ -71,6 +71,9 @@ def main() -> int:
     ap.add_argument('--client', choices=('quick', 'installed'), default='quick',
                     help="quick: the command line 'objbtf server command' prints (default); "
                          "installed: the objbtf script")
+    ap.add_argument('--pahole', default='pahole', metavar='PATH',
+                    help='the peer (default: the installed pahole; the report names its '
+                         'version): the newest, scripts/build-pahole.sh vendor/dwarves-*.tar.xz PREFIX')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
     build = args.build or reference_kernel(args.kernel_modules)
@@ -102,7 +105,7 @@ def main() -> int:
                     continue
                 shutil.copyfile(source, work)
                 got[tool] = timed([*client, 'encode', '-q', str(work)] if tool == 'objbtf' else
-                                  ['pahole', '-J', '--btf_gen_floats', str(work)], env=env)
+                                  [args.pahole, '-J', '--btf_gen_floats', str(work)], env=env)
             if None in got.values():        # pahole cannot read the real-mode objects
                 skipped += 1
                 continue
@@ -117,8 +120,11 @@ def main() -> int:
         idle = tree_cpu() - before - servers.stop_cpu     # the server's, after the last object
     if sys.stderr.isatty():
         print(file=sys.stderr)
+    version = subprocess.run([args.pahole, '--version'], capture_output=True, text=True,
+                             check=True).stdout.strip()
     report = f'objbtf client: {shlex.join(client)}\n' + summary(
-        cpu, skipped, args.every, time.time() - start, idle, servers.as_dict())
+        cpu, skipped, args.every, time.time() - start, idle, servers.as_dict(),
+        f'pahole {version}')
     report += f'\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end'
 
     print(report)
@@ -128,8 +134,9 @@ def main() -> int:
 
 
 def summary(cpu: dict[str, list[float]], skipped: int, every: int, wall: float, idle: float,
-            servers: dict) -> str:
-    """The report: totals, ratios over all objects and per object."""
+            servers: dict, peer: str) -> str:
+    """The report: totals, ratios over all objects and per object; ``peer``:
+    the pahole's name and version."""
     n = len(cpu['objbtf'])
     total = {t: sum(v) for t, v in cpu.items()}
     total['objbtf'] += idle
@@ -141,13 +148,13 @@ def summary(cpu: dict[str, list[float]], skipped: int, every: int, wall: float, 
               if servers['processes'] else 'no resident server\n')
     return (f'objects measured: {n} (every {every}; {skipped} skipped: a tool failed), wall {wall:.0f} s\n'
             f'compile CPU {total["compile"]:.1f} s, objbtf encode CPU {total["objbtf"]:.1f} s, '
-            f'pahole -J CPU {total["pahole"]:.1f} s\n' + server +
+            f'{peer} -J CPU {total["pahole"]:.1f} s\n' + server +
             f'objbtf / compile = {total["objbtf"] / total["compile"]:.3f} (goal <= 0.03), '
             f'median per object {per_object["compile"]:.3f}\n'
-            f'objbtf / pahole = {total["objbtf"] / total["pahole"]:.2f} (goal <= 2), '
+            f'objbtf / {peer} = {total["objbtf"] / total["pahole"]:.2f} (goal <= 2), '
             f'median per object {per_object["pahole"]:.2f}\n'
             f'per object: objbtf {1000 * total["objbtf"] / n:.0f} ms, '
-            f'pahole {1000 * total["pahole"] / n:.0f} ms, compile {1000 * total["compile"] / n:.0f} ms')
+            f'{peer} {1000 * total["pahole"] / n:.0f} ms, compile {1000 * total["compile"] / n:.0f} ms')
 
 
 if __name__ == '__main__':

@@ -127,6 +127,10 @@ def main() -> int:
     ap.add_argument('--every-module', type=int, default=1, metavar='M',
                     help="every Mth module of the tree's modules.order (default 1: all)")
     ap.add_argument('--build', type=Path, default=KERNEL, help='kernel O= tree')
+    ap.add_argument('--pahole', default='pahole', metavar='PATH',
+                    help="the module links' peer, with the flags the tree's pahole-flags.sh "
+                         'gives its version (default: the installed pahole; the report names '
+                         'its version)')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
     installed = installed_objbtf()
@@ -144,7 +148,9 @@ def main() -> int:
     figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': [], 'kept': []}
                                                   for w in ways}
     problems: list[str] = []
-    flags = pahole_flags(args.build)
+    flags = pahole_flags(args.build, args.pahole)
+    version = subprocess.run([args.pahole, '--version'], capture_output=True, text=True,
+                             check=True).stdout.strip()
     pahole: list[float] = []
     become_subreaper()              # the servers' CPU is reaped, and counted as ours
     started = time.time()
@@ -181,7 +187,7 @@ def main() -> int:
                 figures[way].setdefault('start', []).append(start)
             before = child_cpu()
             for m in modules * args.passes:
-                subprocess.run(['pahole', '-J', *flags, '--btf_base', str(args.build / 'vmlinux'),
+                subprocess.run([args.pahole, '-J', *flags, '--btf_base', str(args.build / 'vmlinux'),
                                 '--btf_encode_detached', str(Path(d) / 'p.btf'),
                                 str(args.build / f'{m}.ko')], check=True)
             pahole.append((child_cpu() - before) / (len(modules) * args.passes))
@@ -204,7 +210,7 @@ def main() -> int:
                      f'{1000 * link:6.1f} ms ({link / peer:.2f} x pahole), base kept '
                      f'{1000 * kept:6.1f} ms ({kept / peer:.2f} x)'
                      + (f'   (server start {1000 * start:.0f} ms, once per tree)' if start else ''))
-    lines.append(f'  pahole -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
+    lines.append(f'  pahole {version} -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
                  'module (goal for the module link: at most 1.0 x)')
     lines.append('module link / pahole, paired round by round (median, range):')
     for way, f in figures.items():
