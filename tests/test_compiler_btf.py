@@ -17,7 +17,7 @@ from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
 from test_relocations import assert_linked_offsets, datasec_fields, rela_btf, symbol_sections
 
-SOURCES = ('kinds', 'scopes', 'counter_a', 'counter_b', 'aliases')
+SOURCES = ('kinds', 'scopes', 'counter_a', 'counter_b', 'aliases', 'asm_defined')
 #: The DWARF-less build compiles with -gbtf alone; -g -gbtf also has DWARF,
 #: which objbtf leaves unread.
 GBTF_FLAGS = {'gbtf': ('-gbtf',), 'g-gbtf': ('-g', '-gbtf')}

@@ -5,8 +5,10 @@ GCC 12's ``.BTF`` holds the object's types, but not as pahole would write
 them; the loader fixes each:
 
 - a FUNC for every function the unit declares: kept only for the functions
-  the object defines (its ELF function symbols), with every parameter
-  named, as the DWARF path chooses; FUNC_PROTOs only those FUNCs used go;
+  the object defines and GCC compiled (its ELF function symbols where the
+  call frame information starts a function: ``compiled_starts``), with
+  every parameter named, as the DWARF path chooses; FUNC_PROTOs only those
+  FUNCs used go;
 - ``INT 'char'`` with encoding SIGNED|CHAR, which the kernel rejects: pahole
   never sets CHAR;
 - declaration-only enums as FWD, of struct: pahole's ENUM of size 4 without
@@ -120,7 +122,10 @@ class _Symbols:
         self.elf = elf
         self.f = features
         defined = [s for s in elf.symbols() if s.name and 0 < s.shndx < SHN_LORESERVE]
-        self.keys, self.weak = function_keys(defined)
+        starts = compiled_starts(elf)
+        self.keys, self.weak = function_keys(
+            defined if starts is None else
+            [s for s in defined if s.type != STT_FUNC or (s.shndx, s.value) in starts])
         self.chosen: set[str] = set()
         self.functions: dict[str, Symbol] = {}
         self.objects: dict[str, Symbol] = {}
@@ -503,6 +508,36 @@ class _Loader:
             nelems *= cast(int, inner_nelems)
             elem = inner_elem
         return elem, nelems & 0xffffffff
+
+
+def compiled_starts(elf: ElfFile) -> set[tuple[int, int]] | None:
+    """Where the functions the compiler compiled start, (section, offset),
+    by the object's call frame information; None if it has none.
+
+    GCC's BTF has a FUNC for every function the unit declares, with the
+    same linkage whether it defines it or not (GCC 12 writes 0 for all),
+    so a function the unit declares in C and defines in top-level assembly
+    (the x86 static call trampolines, ``__SCT__*``; ``nop_func``) looks
+    defined to the symbols alone; its DWARF is a declaration, and the
+    DWARF path gives it no FUNC.  GCC, -gbtf or not, writes a frame
+    description entry (``.debug_frame``, or ``.eh_frame`` with unwind
+    tables) for each function it compiles, clones and ``.cold`` parts
+    too, and top-level assembly gets one only from ``.cfi_startproc``.
+    Every relocation of those sections is taken: the entries' initial
+    locations name each function's start, the others (a CIE pointer in
+    ``.debug_frame``) no function's."""
+    starts: set[tuple[int, int]] | None = None
+    for name, width in (('.debug_frame', elf.pointer_size), ('.eh_frame', 4)):
+        sec = elf.section_by_name(name)
+        if sec is None or not sec.size:
+            continue
+        if starts is None:
+            starts = set()
+        symbols = elf.symbols()
+        for sym_index, addend in elf.relocations_by_field(sec, width).values():
+            sym = symbols[sym_index]
+            starts.add((sym.shndx, sym.value + addend))
+    return starts
 
 
 def _aliases(defined: list[Symbol]) -> set[str]:
