@@ -10,8 +10,9 @@ import pytest
 
 from btf_shapes import (kind_counts, lost_enumerators, named_types, same_types,
                         without_wide_enumerators)
-from conftest import C_FIXTURES, need, objbtf, run
+from conftest import C_FIXTURES, FIXTURES, need, objbtf, run
 from objbtf.btf import Btf, Kind, parse_btf
+from objbtf.btf.function_rules import FACT_WEAK
 from objbtf.btf.kinds import INT_CHAR
 from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
@@ -241,6 +242,68 @@ def test_broken_compiler_btf_is_one_line_error(tmp_path):
     assert r.returncode == 1
     assert r.stderr.count('\n') == 1 and str(obj) in r.stderr and 'magic' in r.stderr
     assert obj.read_bytes() == bytes(data)
+
+
+# --- assembly, which the DWARF-less build gives no -g -------------------------
+
+ASM_FIXTURES = FIXTURES / 'asm'
+
+
+def functions(btf: Btf) -> dict[str, list[str]]:
+    """Each FUNC's name and its prototypes, as ``objbtf diff`` spells them."""
+    from objbtf.inspect.diff import function_decls
+    return dict(function_decls(btf))
+
+
+def test_assembly_without_dwarf_has_the_functions_of_gas_dwarf(tmp_path):
+    """An assembly object without DWARF, as the DWARF-less build assembles
+    it, gets what the DWARF path gives the same file assembled with -g from
+    gas's DWARF: a FUNC without parameters for each function symbol defined
+    with a size (the local one, the weak one with its fact, the alias, the
+    one in another section), none for a label without type or a function
+    without size; encoded again, the same bytes.  A C object without debug
+    information still has no types."""
+    from test_functions import chunk_facts
+    source = ASM_FIXTURES / 'functions.S'
+    with_g, bare = tmp_path / 'with_g.o', tmp_path / 'bare.o'
+    run(need('gcc'), '-g', '-c', '-o', with_g, source)
+    run('gcc', '-c', '-o', bare, source)
+    assert has_dwarf(with_g) and not has_dwarf(bare)
+    objbtf('encode', with_g, bare)
+    dwarf, ours = parse_btf(section(with_g)), parse_btf(section(bare))
+    assert functions(ours) == functions(dwarf) == {
+        name: [f'void {name}(void)']
+        for name in ('copy_words', 'local_helper', 'weak_entry', 'copy_alias', 'entry_other')}
+    assert kind_counts(ours) == kind_counts(dwarf) == {'FUNC_PROTO': 1, 'FUNC': 5}
+    assert chunk_facts(bare) == chunk_facts(with_g) == {'weak_entry': FACT_WEAK}
+    before = bare.read_bytes()
+    objbtf('encode', bare)
+    assert bare.read_bytes() == before
+    nodebug = compile_with('kinds', tmp_path / 'g0.o', '-g0')
+    r = objbtf('encode', nodebug)
+    assert 'no types to encode' in r.stderr and section(nodebug) is None
+
+
+def test_a_weak_c_function_with_an_assembly_definition_links_alike(tmp_path):
+    """A weak C function that an assembly file defines too (the kernel's
+    ``__iowrite32_copy``): the DWARF path has two prototypes for its name,
+    the C one and gas's empty one, and the link drops its FUNC; linked from
+    GCC's BTF and the bare assembly object, the same BTF."""
+    need('ld')
+    linked = {}
+    for mode, c_flags, as_flags in (('dwarf', ('-g',), ('-g',)), ('gbtf', ('-gbtf',), ())):
+        c_obj, s_obj = tmp_path / f'copy_words.{mode}.o', tmp_path / f'functions.{mode}.o'
+        run(need('gcc'), '-O2', '-c', *c_flags, '-o', c_obj, ASM_FIXTURES / 'copy_words.c')
+        run('gcc', '-c', *as_flags, '-o', s_obj, ASM_FIXTURES / 'functions.S')
+        objbtf('encode', c_obj, s_obj)
+        out = tmp_path / f'{mode}.o'
+        run('ld', '-r', '-o', out, c_obj, s_obj)
+        objbtf('link', out)
+        linked[mode] = parse_btf(section(out))
+    names = set(functions(linked['dwarf']))
+    assert {'first_word', 'weak_entry', 'entry_other'} <= names and 'copy_words' not in names
+    assert functions(linked['gbtf']) == functions(linked['dwarf'])
+    assert named_types(linked['gbtf']) == named_types(linked['dwarf'])
 
 
 # --- kernel objects -----------------------------------------------------------

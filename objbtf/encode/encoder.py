@@ -39,7 +39,7 @@ from ..btf.function_rules import (
 )
 
 BTF_SECTION = '.BTF'
-STT_OBJECT, STT_SECTION = 1, 3
+STT_OBJECT, STT_SECTION, STT_FILE = 1, 3, 4
 PERCPU_SECTION = '.data..percpu'
 #: Variable names pahole never encodes: compiler and macro helpers.
 SKIPPED_VAR_PREFIXES = ('__UNIQUE_ID', '__tpstrtab_', '__exitcall_')
@@ -108,6 +108,17 @@ def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
                            loaded.variables, loaded.facts)
 
 
+def encode_assembly(elf: ElfFile, features: Features, name: str) -> Encoded | None:
+    """Encode an assembly object without DWARF (``is_bare_assembly``) as
+    gas's DWARF would have it encoded; None if it defines no function.
+    ``features`` change nothing of FUNCs."""
+    loaded = load_assembly(elf)
+    if not loaded.functions:
+        return None
+    return finish_encoding(loaded.btf, elf, loaded.entries, name, loaded.functions,
+                           loaded.variables, loaded.facts)
+
+
 def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
     """The types of an object that has DWARF, loaded from it."""
     secs = debug_sections(elf)
@@ -127,6 +138,43 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
         if features.var:
             n_vars += _add_variables(loader, cu, places, features, entries)
     return Loaded(btf, entries, len(functions.first), n_vars, functions.facts, [])
+
+
+def is_bare_assembly(elf: ElfFile) -> bool:
+    """Whether the object is what gas makes of an assembly file without
+    ``-g``: no DWARF and no symbol of type FILE (a C compiler, GCC or
+    clang, names its source in one with or without debug information; gas
+    makes one only for a ``.file`` directive, which cpp's line markers are
+    not).  The DWARF-less Kbuild assembles so (docs/dwarfless.md)."""
+    return not has_dwarf(elf) and not elf.typed_symbols(STT_FILE)
+
+
+def load_assembly(elf: ElfFile) -> Loaded:
+    """The FUNCs an assembly object's DWARF would give, from its symbols.
+
+    With ``-g``, gas's DWARF has a DW_TAG_subprogram for every function
+    symbol the file defines with a size, without parameters or a return
+    type (DWARF 5 names an unspecified type), and the DWARF path gives each
+    whose name is a key of the object's function symbols a FUNC ``void
+    (void)``, the weak ones FACT_WEAK; the link's rules then apply as to
+    any FUNC (a weak C definition of the same name has another prototype:
+    both dropped).  An object without DWARF gets the same from its symbol
+    table, in its order, so that the DWARF-less build, which gives assembly
+    no ``-g``, links the FUNCs the DWARF build does."""
+    symbols = elf.symbols()
+    keys, weak = function_keys(symbols)
+    btf = Btf(byteorder=elf.byteorder)
+    facts: dict[str, int] = {}
+    proto = 0
+    for s in symbols:
+        if s.type != STT_FUNC or not 0 < s.shndx < SHN_LORESERVE or not s.size \
+                or s.name not in keys or s.name in facts:
+            continue
+        if not proto:
+            proto = btf.add(BtfType(Kind.FUNC_PROTO))
+        btf.add(BtfType(Kind.FUNC, s.name, type=proto))
+        facts[s.name] = FACT_WEAK if s.name in weak else 0
+    return Loaded(btf, {}, len(facts), 0, {n: f for n, f in facts.items() if f}, [])
 
 
 def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:

@@ -7,8 +7,8 @@ from ..compiler_btf.loader import encode_compiler_btf
 from ..elf.errors import FileChanged
 from ..elf.reader import ElfFile
 from .cache import EncodeCache
-from .encoder import (BTF_SECTION, Encoded, Written, encode_elf, has_dwarf, write_sections,
-                      write_typeless_chunk, written)
+from .encoder import (BTF_SECTION, Encoded, Written, encode_assembly, encode_elf, has_dwarf,
+                      is_bare_assembly, write_sections, write_typeless_chunk, written)
 from ..errors import ObjbtfError
 from ..features import Features
 from ..regular_files import error_text
@@ -84,4 +84,6 @@ def _encode(elf: ElfFile, features: Features, path: str) -> Encoded | None:
     sec = elf.section_by_name(BTF_SECTION)
     if sec is not None and sec.size and elf.section_by_name(CHUNK_SECTION) is None:
         return encode_compiler_btf(elf, features, path)
-    return encode_elf(elf, features, path) if has_dwarf(elf) else None
+    if has_dwarf(elf):
+        return encode_elf(elf, features, path)
+    return encode_assembly(elf, features, path) if is_bare_assembly(elf) else None
