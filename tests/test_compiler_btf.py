@@ -262,7 +262,8 @@ def test_assembly_without_dwarf_has_the_functions_of_gas_dwarf(tmp_path):
     with a size (the local one, the weak one with its fact, the alias, the
     one in another section), none for a label without type or a function
     without size; encoded again, the same bytes.  A C object without debug
-    information still has no types."""
+    information still has no types, nor one whose debug information strip
+    took, FILE symbols with it (its .comment names the compiler)."""
     from test_functions import chunk_facts
     source = ASM_FIXTURES / 'functions.S'
     with_g, bare = tmp_path / 'with_g.o', tmp_path / 'bare.o'
@@ -280,8 +281,11 @@ def test_assembly_without_dwarf_has_the_functions_of_gas_dwarf(tmp_path):
     objbtf('encode', bare)
     assert bare.read_bytes() == before
     nodebug = compile_with('kinds', tmp_path / 'g0.o', '-g0')
-    r = objbtf('encode', nodebug)
-    assert 'no types to encode' in r.stderr and section(nodebug) is None
+    stripped = compile_with('kinds', tmp_path / 'stripped.o', '-g')
+    run(need('strip'), '--strip-debug', stripped)
+    for obj in (nodebug, stripped):
+        r = objbtf('encode', obj)
+        assert 'no types to encode' in r.stderr and section(obj) is None
 
 
 def test_a_weak_c_function_with_an_assembly_definition_links_alike(tmp_path):
@@ -314,7 +318,7 @@ def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     it differs from the DWARF path's encoding of the reference object beyond
     what gcc_btf_facts derives from that object's DWARF."""
     from saved_commands import compile_command
-    from gcc_btf_facts import dwarf_facts, function_symbols, unexplained
+    from gcc_btf_facts import dwarf_facts, unexplained
     from objbtf.encode.object_file import encode_path
     from objbtf.features import Features
     cmd = compile_command(build, obj, work / 'gbtf.o')
@@ -327,7 +331,7 @@ def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     if dwarf is None:
         return [] if ours is None else [f'{obj}: types from GCC BTF, none from DWARF']
     mine = ours.btf if ours is not None else Btf()    # assembly: FUNCs from gas's DWARF only
-    problems = unexplained(mine, dwarf.btf, dwarf_facts(str(obj)), function_symbols(obj))
+    problems = unexplained(mine, dwarf.btf, dwarf_facts(str(obj)))
     return [f'{obj.relative_to(build)}: {p}' for p in problems]
 
 

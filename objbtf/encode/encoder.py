@@ -142,11 +142,15 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
 
 def is_bare_assembly(elf: ElfFile) -> bool:
     """Whether the object is what gas makes of an assembly file without
-    ``-g``: no DWARF and no symbol of type FILE (a C compiler, GCC or
-    clang, names its source in one with or without debug information; gas
-    makes one only for a ``.file`` directive, which cpp's line markers are
-    not).  The DWARF-less Kbuild assembles so (docs/dwarfless.md)."""
-    return not has_dwarf(elf) and not elf.typed_symbols(STT_FILE)
+    ``-g``: no DWARF, no symbol of type FILE and no ``.comment``.  A
+    compiler, GCC or clang, names its source in a FILE symbol and itself in
+    ``.comment``, with or without debug information, and ``strip
+    --strip-debug`` takes the FILE symbols but leaves ``.comment``; gas
+    makes neither but for a ``.file`` or ``.ident`` directive, which cpp's
+    line markers are not.  The DWARF-less Kbuild assembles so
+    (docs/dwarfless.md)."""
+    return not has_dwarf(elf) and elf.section_by_name('.comment') is None \
+        and not elf.typed_symbols(STT_FILE)
 
 
 def load_assembly(elf: ElfFile) -> Loaded:
