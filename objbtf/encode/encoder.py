@@ -43,6 +43,8 @@ STT_OBJECT, STT_SECTION, STT_FILE = 1, 3, 4
 PERCPU_SECTION = '.data..percpu'
 #: Variable names pahole never encodes: compiler and macro helpers.
 SKIPPED_VAR_PREFIXES = ('__UNIQUE_ID', '__tpstrtab_', '__exitcall_')
+#: The name objtool's --prefix gives the padding before a function.
+OBJTOOL_PREFIX: Final = '__pfx_'
 #: Each source of types (chunk.FROM_*), as messages name it.
 SOURCE_NAMES: Final = {FROM_DWARF: 'its DWARF', FROM_COMPILER_BTF: "its compiler's BTF"}
 
@@ -164,15 +166,22 @@ def load_assembly(elf: ElfFile) -> Loaded:
     any FUNC (a weak C definition of the same name has another prototype:
     both dropped).  An object without DWARF gets the same from its symbol
     table, in its order, so that the DWARF-less build, which gives assembly
-    no ``-g``, links the FUNCs the DWARF build does."""
+    no ``-g``, links the FUNCs the DWARF build does.
+
+    But for the symbols objtool adds after gas (``--prefix``, the kernel's
+    CONFIG_CALL_PADDING): ``__pfx_NAME``, a function symbol over the
+    padding that ends where function NAME starts, which no DWARF names."""
     symbols = elf.symbols()
     keys, weak = function_keys(symbols)
     btf = Btf(byteorder=elf.byteorder)
     facts: dict[str, int] = {}
+    defined = [s for s in symbols
+               if s.type == STT_FUNC and 0 < s.shndx < SHN_LORESERVE and s.size]
+    starts = {(s.shndx, s.value, s.name) for s in defined}
     proto = 0
-    for s in symbols:
-        if s.type != STT_FUNC or not 0 < s.shndx < SHN_LORESERVE or not s.size \
-                or s.name not in keys or s.name in facts:
+    for s in defined:
+        if s.name not in keys or s.name in facts or s.name.startswith(OBJTOOL_PREFIX) \
+                and (s.shndx, s.value + s.size, s.name[len(OBJTOOL_PREFIX):]) in starts:
             continue
         if not proto:
             proto = btf.add(BtfType(Kind.FUNC_PROTO))
