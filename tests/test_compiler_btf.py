@@ -12,7 +12,7 @@ from btf_shapes import (kind_counts, lost_enumerators, named_types, same_types,
                         without_wide_enumerators)
 from conftest import C_FIXTURES, FIXTURES, need, objbtf, run
 from objbtf.btf import Btf, Kind, parse_btf
-from objbtf.btf.function_rules import FACT_WEAK
+from objbtf.btf.function_rules import FACT_UNCERTAIN_LOC, FACT_WEAK
 from objbtf.btf.kinds import INT_CHAR
 from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
@@ -242,6 +242,26 @@ def test_broken_compiler_btf_is_one_line_error(tmp_path):
     assert r.returncode == 1
     assert r.stderr.count('\n') == 1 and str(obj) in r.stderr and 'magic' in r.stderr
     assert obj.read_bytes() == bytes(data)
+
+
+def test_uncertain_location_from_the_types(tmp_path):
+    """pahole's uncertain_parm_loc needs no location, only types: a packed
+    struct passed on the stack, past the six register parameters
+    (``many`` of tests/fixtures/functions/clones_a.c).  The -gbtf object's
+    chunk says it as the -g one's does, so the link drops ``many`` from
+    both; the facts only DWARF gives (an optimized clone's, a register's)
+    stay the -g object's alone."""
+    from test_functions import chunk_facts
+    source = FIXTURES / 'functions' / 'clones_a.c'
+    objs = {}
+    for mode in ('g', 'gbtf'):
+        objs[mode] = tmp_path / f'clones_a.{mode}.o'
+        run(need('gcc'), '-O2', '-c', f'-{mode}', '-o', objs[mode], source)
+        objbtf('encode', objs[mode])
+    dwarf, ours = chunk_facts(objs['g']), chunk_facts(objs['gbtf'])
+    assert dwarf['many'] == ours['many'] == FACT_UNCERTAIN_LOC
+    assert ours == {n: f & (FACT_UNCERTAIN_LOC | FACT_WEAK) for n, f in dwarf.items()
+                    if f & (FACT_UNCERTAIN_LOC | FACT_WEAK)}
 
 
 # --- assembly, which the DWARF-less build gives no -g -------------------------

@@ -48,9 +48,9 @@ from ..btf.reader import parse_btf
 from ..elf.consts import SHN_LORESERVE, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_NOTYPE, STT_OBJECT
 from ..elf.reader import ElfFile, Symbol
 from ..encode.encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, Loaded, VarPlacement,
-                       finish_encoding, is_percpu)
+                       finish_encoding, is_percpu, uncertain_location)
 from ..features import Features
-from ..btf.function_rules import FACT_WEAK, function_key, function_keys
+from ..btf.function_rules import FACT_UNCERTAIN_LOC, FACT_WEAK, function_key, function_keys
 from ..btf.type_rules import base_type, declared_enum, enum_type
 
 #: GCC 12 leaves its CTF kind in a FWD's header word (struct 6, union 7,
@@ -81,8 +81,9 @@ def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
 
 def load_compiler_btf(elf: ElfFile, data: bytes, features: Features) -> Loaded:
     """The types of the compiler's BTF ``data``, amended to pahole's rules.
-    The functions' facts are only FACT_WEAK, which the symbols give: GCC's
-    BTF has no parameter locations for the others.
+    The functions' facts are FACT_WEAK, which the symbols give, and
+    FACT_UNCERTAIN_LOC, which the prototype's types give: GCC's BTF has no
+    parameter locations, nor a clone's own parameters, for the others.
 
     The compiled build loads them in C (``_amend.c``), which reads the blob
     itself; where it gives up, as where it is not built, ``_Loader`` does,
@@ -179,6 +180,10 @@ class _Symbols:
         for i, p in self.placements.items():
             entries.setdefault(p.section, []).append((p, new_id(i)))
         facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
+        machine, pointer_size = self.elf.machine, self.elf.pointer_size
+        for t in chosen:
+            if t.kind is _FUNC and uncertain_location(out, out[t.type], machine, pointer_size):
+                facts[t.name] = facts.get(t.name, 0) | FACT_UNCERTAIN_LOC
         return Loaded(out, entries, n_funcs, len(self.placements), facts, losses)
 
 

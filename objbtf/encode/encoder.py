@@ -442,17 +442,43 @@ def _is_struct(loader: CuLoader, type_off: int | None) -> bool:
 
 def _is_packed_struct(loader: CuLoader, type_off: int | None, pointer_size: int) -> bool:
     """A named struct (the parameter's own type, as pahole looks) whose
-    layout says packed: a member off its natural alignment, or a size that
-    is no multiple of the largest one (class__infer_packed_attributes)."""
+    layout says packed (``is_packed_struct``)."""
     die = loader.dies.get(type_off) if type_off else None
     if die is None or die.tag != C.TAG_structure_type or not die.attrs.get(C.AT_name):
         return False
-    t = loader.btf[loader.ref(type_off)]
+    return is_packed_struct(loader.btf, loader.ref(type_off), pointer_size)
+
+
+def uncertain_location(btf: Btf, proto: BtfType, machine: int, pointer_size: int) -> bool:
+    """pahole's uncertain_parm_loc for a function of prototype ``proto``
+    (FUNC_PROTO of ``btf``), as ``_Functions`` decides it from the
+    parameters of its DWARF definition: with at least as many parameters as
+    the machine passes in registers, one past them (on the stack) whose own
+    type is a named struct laid out packed.  The types alone decide, so the
+    loader of a compiler's BTF applies it too."""
+    nr_registers = NR_REGISTER_PARAMS.get(machine, 0)
+    params = [p for p in proto.items if p.type]       # (not varargs' trailing 0)
+    if not nr_registers or len(params) < nr_registers:
+        return False
+    return any(_named_struct(btf, p.type) and is_packed_struct(btf, p.type, pointer_size)
+               for p in params[len(REGISTER_PARAMS.get(machine, ())):])
+
+
+def _named_struct(btf: Btf, type_id: int) -> bool:
+    t = btf[type_id]
+    return t.kind is Kind.STRUCT and bool(t.name)
+
+
+def is_packed_struct(btf: Btf, type_id: int, pointer_size: int) -> bool:
+    """A STRUCT whose layout says packed: a member off its natural
+    alignment, or a size that is no multiple of the largest one
+    (class__infer_packed_attributes)."""
+    t = btf[type_id]
     if t.kind is not Kind.STRUCT:
         return False
     widest = 1
     for m in t.items:
-        align = _natural_alignment(loader.btf, m.type, pointer_size)
+        align = _natural_alignment(btf, m.type, pointer_size)
         if align == 1 or m.bitfield_size:
             continue
         widest = max(widest, align)
