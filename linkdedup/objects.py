@@ -5,7 +5,7 @@ the list of objects that went into the output (``objbtf link --objects``).
 The link only sees what ld concatenated: an object compiled without
 ``objbtf encode`` has no .BTF and no chunk, and would silently contribute
 nothing.  Every object that went through objbtf has a chunk naming it, also
-one without types (assembly); so a listed object without a chunk is one
+one without types (-g0); so a listed object without a chunk is one
 objbtf never saw.
 """
 from __future__ import annotations

@@ -13,18 +13,17 @@ The differences (docs/dwarfless.md):
   ``BTF_TYPE_EMIT(struct bpf_iter)`` in a function of kernel/bpf/verifier.c);
 - base types that no DIE refers to (DWARF 5 location expressions' types)
   are missing;
-- a function the unit declares and defines in top-level assembly gets a
-  FUNC (and FUNC_PROTO): a function symbol without a DWARF definition;
-- the DWARF-less build gives assembly no ``-g``, so the functions of
-  assembly files, to which gas's DWARF gives a FUNC with an empty
-  prototype on the DWARF path, have none; and a C function that also has
-  an assembly definition (``__iowrite32_copy``: a weak C one) keeps its
-  FUNC, which the DWARF path drops for its two prototypes;
 - GCC's BTF has no parameter locations and one prototype per function, so
   the functions the DWARF path's link drops for facts only DWARF has
-  (``unexpected_reg``, ``uncertain_parm_loc``, and definitions of one name
-  in one object whose prototypes differ, as a clone's DIE gives) keep their
-  FUNC: ``dwarf_only_drops`` reads those names from the DWARF path's chunks.
+  (``unexpected_reg``, ``reordered``, ``optimized_clone``, and definitions
+  of one name in one object whose prototypes differ, as a clone's DIE
+  gives) keep their FUNC: ``dwarf_only_drops`` reads those names from the
+  DWARF path's chunks (``uncertain_parm_loc`` the types decide: not one).
+
+No other FUNC may differ: objbtf gives a FUNC only to the functions GCC
+compiled (not to one a unit declares in C and defines in top-level
+assembly, which DWARF only declares), and an assembly object without DWARF
+the FUNCs gas's DWARF gives it (docs/dwarfless.md).
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ from collections import Counter
 from btf_shapes import kind_counts, named_types, without_wide_enumerators
 from libbpf_oracle import libbpf_dedup
 from objbtf.btf import Btf, Kind, parse_btf
+from objbtf.btf.function_rules import DROPPING_FACTS, FACT_UNCERTAIN_LOC
 from objbtf.btf.writer import encode_btf
 from objbtf.elf.reader import ElfFile
 
@@ -43,10 +43,7 @@ TYPE_KINDS = {0x13: 'STRUCT', 0x17: 'UNION', 0x04: 'ENUM', 0x16: 'TYPEDEF', 0x0f
 NAMED = ('STRUCT', 'UNION', 'ENUM', 'TYPEDEF', 'FWD')
 #: Tags of the aggregates that a declaration (DW_AT_declaration) makes a FWD.
 FORWARDED = (0x13, 0x17)
-FACTS = ('local kinds', 'local names', 'top names', 'unused base', 'used base', 'defined',
-         'asm functions')
-#: DW_AT_language of gas's DWARF for an assembly file.
-LANG_ASSEMBLER = 0x8001
+FACTS = ('local kinds', 'local names', 'top names', 'unused base', 'used base')
 
 
 def dwarf_facts(path: str) -> dict[str, Counter]:
@@ -54,8 +51,7 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
     ('local kinds'); the named aggregates, forward declarations and
     typedefs declared in a function or at file scope ('local names', 'top
     names'); base types no DIE refers to by DW_AT_type, or one does ('unused
-    base', 'used base'); the functions a C unit defines ('defined') or an
-    assembly one ('asm functions')."""
+    base', 'used base')."""
     from objbtf.dwarf import constants as C
     from objbtf.dwarf.reader import read_units
     from objbtf.encode.encoder import debug_sections, has_dwarf
@@ -65,8 +61,6 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
             return facts
         units = read_units(debug_sections(elf))
     for cu in units:
-        functions = ('asm functions' if cu.die.attrs.get(C.AT_language) == LANG_ASSEMBLER
-                     else 'defined')
         referenced = {d.attrs.get(C.AT_type) for d in cu.dies}
         for d in cu.dies:
             name = d.attrs.get(C.AT_name, '')
@@ -79,8 +73,6 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
                 facts['top names' if d.top else 'local names'][(kind, name)] += 1
             if d.tag == C.TAG_base_type:
                 facts['used base' if d.offset in referenced else 'unused base'][name] += 1
-            elif d.tag == C.TAG_subprogram and d.top and not d.attrs.get(C.AT_declaration):
-                facts[functions][name] += 1
     return facts
 
 
@@ -92,10 +84,9 @@ def summed(all_facts) -> dict[str, Counter]:
     return total
 
 
-def function_symbols(path) -> set[str]:
-    """Names of the defined function symbols of an ELF file."""
-    with ElfFile.open(str(path)) as elf:
-        return {s.name for s in elf.symbols() if s.type == 2 and s.shndx}
+#: The facts that make the link drop a function and that only DWARF gives:
+#: not FACT_UNCERTAIN_LOC, which the types decide (compiler_btf/loader.py).
+DWARF_ONLY_FACTS = DROPPING_FACTS & ~FACT_UNCERTAIN_LOC
 
 
 def dwarf_only_drops(linked) -> set[str]:
@@ -103,10 +94,9 @@ def dwarf_only_drops(linked) -> set[str]:
     the objects linked into ``linked`` gives (their chunks' facts)."""
     from linkdedup.functions import merged_facts
     from objbtf.btf.chunk import SECTION, split_chunks
-    from objbtf.btf.function_rules import DROPPING_FACTS
     with ElfFile.open(str(linked)) as elf:
         chunks = split_chunks(elf.section_data(elf.section_by_name(SECTION)), elf.byteorder)
-    return {name for name, flags in merged_facts(chunks).items() if flags & DROPPING_FACTS}
+    return {name for name, flags in merged_facts(chunks).items() if flags & DWARF_ONLY_FACTS}
 
 
 def expected_from_dwarf(dwarf: Btf) -> Btf:
@@ -116,11 +106,11 @@ def expected_from_dwarf(dwarf: Btf) -> Btf:
 
 
 def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
-                functions: set[str], dwarf_drops: set[str] = frozenset()) -> list[str]:
+                dwarf_drops: set[str] = frozenset()) -> list[str]:
     """How ``ours`` (from GCC's BTF) differs from ``dwarf`` (the DWARF path's,
-    same objects) beyond the derived differences; ``functions``: the defined
-    function symbols of the objects; ``dwarf_drops``: ``dwarf_only_drops``
-    of the DWARF path's link."""
+    same objects) beyond the derived differences; ``dwarf_drops``:
+    ``dwarf_only_drops`` of the DWARF path's link, the only FUNCs ``ours``
+    may have more (and none fewer)."""
     expected = expected_from_dwarf(dwarf)
     problems = []
     extra_named = named_types(ours) - named_types(expected)
@@ -135,12 +125,11 @@ def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
     funcs = {t.name for _, t in ours.own() if t.kind is Kind.FUNC}
     theirs = {t.name for _, t in expected.own() if t.kind is Kind.FUNC}
     extra, missing = funcs - theirs, theirs - funcs
-    defined, in_asm = set(facts['defined']), set(facts['asm functions'])
-    if missing - in_asm:
-        problems.append(f'FUNCs missing, not of assembly: {sorted(missing - in_asm)[:10]}')
-    allowed = (functions - defined - in_asm) | (defined & in_asm) | dwarf_drops
-    if extra - allowed:
-        problems.append(f'FUNCs for functions the DWARF defines: {sorted(extra - allowed)[:10]}')
+    if missing:
+        problems.append(f'{len(missing)} FUNCs missing: {sorted(missing)[:10]}')
+    if extra - dwarf_drops:
+        problems.append(f'{len(extra - dwarf_drops)} FUNCs the DWARF path drops for no fact '
+                        f'of its own: {sorted(extra - dwarf_drops)[:10]}')
     mine, other = kind_counts(ours), kind_counts(expected)
     local = facts['local kinds'] + Counter(INT=sum(facts['unused base'].values()))
     local['ENUM64'] = local['ENUM']

@@ -10,14 +10,15 @@ import pytest
 
 from btf_shapes import (kind_counts, lost_enumerators, named_types, same_types,
                         without_wide_enumerators)
-from conftest import C_FIXTURES, need, objbtf, run
+from conftest import C_FIXTURES, FIXTURES, need, objbtf, run
 from objbtf.btf import Btf, Kind, parse_btf
+from objbtf.btf.function_rules import FACT_UNCERTAIN_LOC, FACT_WEAK
 from objbtf.btf.kinds import INT_CHAR
 from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
 from test_relocations import assert_linked_offsets, datasec_fields, rela_btf, symbol_sections
 
-SOURCES = ('kinds', 'scopes', 'counter_a', 'counter_b', 'aliases')
+SOURCES = ('kinds', 'scopes', 'counter_a', 'counter_b', 'aliases', 'asm_defined')
 #: The DWARF-less build compiles with -gbtf alone; -g -gbtf also has DWARF,
 #: which objbtf leaves unread.
 GBTF_FLAGS = {'gbtf': ('-gbtf',), 'g-gbtf': ('-g', '-gbtf')}
@@ -243,6 +244,96 @@ def test_broken_compiler_btf_is_one_line_error(tmp_path):
     assert obj.read_bytes() == bytes(data)
 
 
+def test_uncertain_location_from_the_types(tmp_path):
+    """pahole's uncertain_parm_loc needs no location, only types: a packed
+    struct passed on the stack, past the six register parameters
+    (``many`` of tests/fixtures/functions/clones_a.c).  The -gbtf object's
+    chunk says it as the -g one's does, so the link drops ``many`` from
+    both; the facts only DWARF gives (an optimized clone's, a register's)
+    stay the -g object's alone."""
+    from test_functions import chunk_facts
+    source = FIXTURES / 'functions' / 'clones_a.c'
+    objs = {}
+    for mode in ('g', 'gbtf'):
+        objs[mode] = tmp_path / f'clones_a.{mode}.o'
+        run(need('gcc'), '-O2', '-c', f'-{mode}', '-o', objs[mode], source)
+        objbtf('encode', objs[mode])
+    dwarf, ours = chunk_facts(objs['g']), chunk_facts(objs['gbtf'])
+    assert dwarf['many'] == ours['many'] == FACT_UNCERTAIN_LOC
+    assert ours == {n: f & (FACT_UNCERTAIN_LOC | FACT_WEAK) for n, f in dwarf.items()
+                    if f & (FACT_UNCERTAIN_LOC | FACT_WEAK)}
+
+
+# --- assembly, which the DWARF-less build gives no -g -------------------------
+
+ASM_FIXTURES = FIXTURES / 'asm'
+
+
+def functions(btf: Btf) -> dict[str, list[str]]:
+    """Each FUNC's name and its prototypes, as ``objbtf diff`` spells them."""
+    from objbtf.inspect.diff import function_decls
+    return dict(function_decls(btf))
+
+
+def test_assembly_without_dwarf_has_the_functions_of_gas_dwarf(tmp_path):
+    """An assembly object without DWARF, as the DWARF-less build assembles
+    it, gets what the DWARF path gives the same file assembled with -g from
+    gas's DWARF: a FUNC without parameters for each function symbol defined
+    with a size (the local one, the weak one with its fact, the alias, the
+    one in another section), none for a label without type or a function
+    without size, nor for the padding objtool names after gas ran (written
+    here, gas's DWARF has it too); encoded again, the same bytes.  A C object without debug
+    information still has no types, nor one whose debug information strip
+    took, FILE symbols with it (its .comment names the compiler)."""
+    from test_functions import chunk_facts
+    source = ASM_FIXTURES / 'functions.S'
+    with_g, bare = tmp_path / 'with_g.o', tmp_path / 'bare.o'
+    run(need('gcc'), '-g', '-c', '-o', with_g, source)
+    run('gcc', '-c', '-o', bare, source)
+    assert has_dwarf(with_g) and not has_dwarf(bare)
+    objbtf('encode', with_g, bare)
+    dwarf, ours = parse_btf(section(with_g)), parse_btf(section(bare))
+    padding = {'__pfx_padded': ['void __pfx_padded(void)']}
+    assert functions(ours) | padding == functions(dwarf) == padding | {
+        name: [f'void {name}(void)']
+        for name in ('copy_words', 'local_helper', 'weak_entry', 'copy_alias', 'padded',
+                     '__pfx_not_padding', 'entry_other')}
+    assert kind_counts(ours) == {'FUNC_PROTO': 1, 'FUNC': 7}
+    assert chunk_facts(bare) == chunk_facts(with_g) == {'weak_entry': FACT_WEAK}
+    before = bare.read_bytes()
+    objbtf('encode', bare)
+    assert bare.read_bytes() == before
+    nodebug = compile_with('kinds', tmp_path / 'g0.o', '-g0')
+    stripped = compile_with('kinds', tmp_path / 'stripped.o', '-g')
+    run(need('strip'), '--strip-debug', stripped)
+    for obj in (nodebug, stripped):
+        r = objbtf('encode', obj)
+        assert 'no types to encode' in r.stderr and section(obj) is None
+
+
+def test_a_weak_c_function_with_an_assembly_definition_links_alike(tmp_path):
+    """A weak C function that an assembly file defines too (the kernel's
+    ``__iowrite32_copy``): the DWARF path has two prototypes for its name,
+    the C one and gas's empty one, and the link drops its FUNC; linked from
+    GCC's BTF and the bare assembly object, the same BTF."""
+    need('ld')
+    linked = {}
+    for mode, c_flags, as_flags in (('dwarf', ('-g',), ('-g',)), ('gbtf', ('-gbtf',), ())):
+        c_obj, s_obj = tmp_path / f'copy_words.{mode}.o', tmp_path / f'functions.{mode}.o'
+        run(need('gcc'), '-O2', '-c', *c_flags, '-o', c_obj, ASM_FIXTURES / 'copy_words.c')
+        run('gcc', '-c', *as_flags, '-o', s_obj, ASM_FIXTURES / 'functions.S')
+        objbtf('encode', c_obj, s_obj)
+        out = tmp_path / f'{mode}.o'
+        run('ld', '-r', '-o', out, c_obj, s_obj)
+        objbtf('link', out)
+        linked[mode] = parse_btf(section(out))
+    names = set(functions(linked['dwarf']))
+    assert {'first_word', 'weak_entry', 'entry_other'} <= names and 'copy_words' not in names
+    assert functions(linked['gbtf']) == {n: p for n, p in functions(linked['dwarf']).items()
+                                         if n != '__pfx_padded'}
+    assert named_types(linked['gbtf']) == named_types(linked['dwarf'])
+
+
 # --- kernel objects -----------------------------------------------------------
 
 def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
@@ -251,7 +342,7 @@ def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     it differs from the DWARF path's encoding of the reference object beyond
     what gcc_btf_facts derives from that object's DWARF."""
     from saved_commands import compile_command
-    from gcc_btf_facts import dwarf_facts, function_symbols, unexplained
+    from gcc_btf_facts import dwarf_facts, unexplained
     from objbtf.encode.object_file import encode_path
     from objbtf.features import Features
     cmd = compile_command(build, obj, work / 'gbtf.o')
@@ -264,7 +355,7 @@ def _kernel_object(build: Path, obj: Path, work: Path, flags: str) -> list[str]:
     if dwarf is None:
         return [] if ours is None else [f'{obj}: types from GCC BTF, none from DWARF']
     mine = ours.btf if ours is not None else Btf()    # assembly: FUNCs from gas's DWARF only
-    problems = unexplained(mine, dwarf.btf, dwarf_facts(str(obj)), function_symbols(obj))
+    problems = unexplained(mine, dwarf.btf, dwarf_facts(str(obj)))
     return [f'{obj.relative_to(build)}: {p}' for p in problems]
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from btf_shapes import lost_enumerators
 from conftest import need, objbtf, run
-from gcc_btf_facts import dwarf_facts, dwarf_only_drops, function_symbols, summed, unexplained
+from gcc_btf_facts import dwarf_facts, dwarf_only_drops, summed, unexplained
 from kbuild_tree import (REFERENCE_MODULES, KernelBuild, assert_the_running_kernel_accepts,
                          assert_valid_split_btf, sections, vdso_image, vmlinux_members)
 from kernel_matrix import BY_FIXTURE
@@ -188,5 +188,5 @@ def test_same_btf_as_the_dwarf_path(gbtf, dwarf_path, reference_facts):
     ours = vmlinux_btf(build)
     assert lost_enumerators(dwarf_path.btf) and not lost_enumerators(ours)
     problems = unexplained(ours, dwarf_path.btf, reference_facts,
-                           function_symbols(build / 'vmlinux'), dwarf_only_drops(dwarf_path.linked))
+                           dwarf_only_drops(dwarf_path.linked))
     assert problems == []

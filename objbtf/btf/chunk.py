@@ -27,14 +27,16 @@ Version 6:
                               order, a flag byte and the name, NUL-terminated
         zero padding to a multiple of 8
         u32  source           where the types came from: FROM_DWARF (0; also an
-                              object without types) or FROM_COMPILER_BTF (1, gcc -gbtf)
+                              object without types, and an assembly object
+                              without DWARF, whose FUNCs are gas's DWARF's, read
+                              from its symbols) or FROM_COMPILER_BTF (1, gcc -gbtf)
         u32  losses_len       bytes of the losses that follow
         losses                what the compiler's BTF shows it lost (LOST_* below,
                               objbtf/compiler_btf/loader.py): per type, in type order,
                               a LOST_* byte and the type's name, NUL-terminated
         zero padding to a multiple of 8
 
-An object that objbtf encoded but that has no types (assembly, -g0) gets a
+An object that objbtf encoded but that has no types (C with -g0) gets a
 chunk with count 0 and btf_size 0, and no .BTF blob: it tells the link that
 the object went through objbtf and has nothing to contribute.
 

@@ -110,9 +110,10 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     and a .BTF.objbtf chunk with the object's name (the path as given) and
     the hashes the link merges by.  An object compiled with gcc -gbtf
     carries GCC's own BTF: that is read instead of DWARF (much cheaper;
-    with no -g at all, it is the DWARF-less build).  An object without types
-    (assembly, -g0) gets a notice and only the chunk, no .BTF: the link
-    then knows the object was not left out.  A broken object gets a
+    with no -g at all, it is the DWARF-less build).  Assembly without -g
+    gets the FUNCs gas's DWARF would give its functions, from its symbols.
+    An object without types (-g0) gets a notice and only the chunk, no
+    .BTF: the link then knows the object was not left out.  A broken object gets a
     one-line error and stays untouched; the exit status is then 1.
 
     With OBJBTF_CACHE_DIR=DIR in the environment, each encode is kept in

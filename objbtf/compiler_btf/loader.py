@@ -5,8 +5,10 @@ GCC 12's ``.BTF`` holds the object's types, but not as pahole would write
 them; the loader fixes each:
 
 - a FUNC for every function the unit declares: kept only for the functions
-  the object defines (its ELF function symbols), with every parameter
-  named, as the DWARF path chooses; FUNC_PROTOs only those FUNCs used go;
+  the object defines and GCC compiled (its ELF function symbols where the
+  call frame information starts a function: ``compiled_starts``), with
+  every parameter named, as the DWARF path chooses; FUNC_PROTOs only those
+  FUNCs used go;
 - ``INT 'char'`` with encoding SIGNED|CHAR, which the kernel rejects: pahole
   never sets CHAR;
 - declaration-only enums as FWD, of struct: pahole's ENUM of size 4 without
@@ -46,9 +48,9 @@ from ..btf.reader import parse_btf
 from ..elf.consts import SHN_LORESERVE, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_NOTYPE, STT_OBJECT
 from ..elf.reader import ElfFile, Symbol
 from ..encode.encoder import (BTF_SECTION, SKIPPED_VAR_PREFIXES, Encoded, Loaded, VarPlacement,
-                       finish_encoding, is_percpu)
+                       finish_encoding, is_percpu, uncertain_location)
 from ..features import Features
-from ..btf.function_rules import FACT_WEAK, function_key, function_keys
+from ..btf.function_rules import FACT_UNCERTAIN_LOC, FACT_WEAK, function_key, function_keys
 from ..btf.type_rules import base_type, declared_enum, enum_type
 
 #: GCC 12 leaves its CTF kind in a FWD's header word (struct 6, union 7,
@@ -79,8 +81,9 @@ def encode_compiler_btf(elf: ElfFile, features: Features, name: str) -> Encoded:
 
 def load_compiler_btf(elf: ElfFile, data: bytes, features: Features) -> Loaded:
     """The types of the compiler's BTF ``data``, amended to pahole's rules.
-    The functions' facts are only FACT_WEAK, which the symbols give: GCC's
-    BTF has no parameter locations for the others.
+    The functions' facts are FACT_WEAK, which the symbols give, and
+    FACT_UNCERTAIN_LOC, which the prototype's types give: GCC's BTF has no
+    parameter locations, nor a clone's own parameters, for the others.
 
     The compiled build loads them in C (``_amend.c``), which reads the blob
     itself; where it gives up, as where it is not built, ``_Loader`` does,
@@ -120,7 +123,10 @@ class _Symbols:
         self.elf = elf
         self.f = features
         defined = [s for s in elf.symbols() if s.name and 0 < s.shndx < SHN_LORESERVE]
-        self.keys, self.weak = function_keys(defined)
+        starts = compiled_starts(elf)
+        self.keys, self.weak = function_keys(
+            defined if starts is None else
+            [s for s in defined if s.type != STT_FUNC or (s.shndx, s.value) in starts])
         self.chosen: set[str] = set()
         self.functions: dict[str, Symbol] = {}
         self.objects: dict[str, Symbol] = {}
@@ -174,6 +180,10 @@ class _Symbols:
         for i, p in self.placements.items():
             entries.setdefault(p.section, []).append((p, new_id(i)))
         facts = {n: FACT_WEAK for n in self.chosen if n in self.weak}
+        machine, pointer_size = self.elf.machine, self.elf.pointer_size
+        for t in chosen:
+            if t.kind is _FUNC and uncertain_location(out, out[t.type], machine, pointer_size):
+                facts[t.name] = facts.get(t.name, 0) | FACT_UNCERTAIN_LOC
         return Loaded(out, entries, n_funcs, len(self.placements), facts, losses)
 
 
@@ -503,6 +513,36 @@ class _Loader:
             nelems *= cast(int, inner_nelems)
             elem = inner_elem
         return elem, nelems & 0xffffffff
+
+
+def compiled_starts(elf: ElfFile) -> set[tuple[int, int]] | None:
+    """Where the functions the compiler compiled start, (section, offset),
+    by the object's call frame information; None if it has none.
+
+    GCC's BTF has a FUNC for every function the unit declares, with the
+    same linkage whether it defines it or not (GCC 12 writes 0 for all),
+    so a function the unit declares in C and defines in top-level assembly
+    (the x86 static call trampolines, ``__SCT__*``; ``nop_func``) looks
+    defined to the symbols alone; its DWARF is a declaration, and the
+    DWARF path gives it no FUNC.  GCC, -gbtf or not, writes a frame
+    description entry (``.debug_frame``, or ``.eh_frame`` with unwind
+    tables) for each function it compiles, clones and ``.cold`` parts
+    too, and top-level assembly gets one only from ``.cfi_startproc``.
+    Every relocation of those sections is taken: the entries' initial
+    locations name each function's start, the others (a CIE pointer in
+    ``.debug_frame``) no function's."""
+    starts: set[tuple[int, int]] | None = None
+    for name, width in (('.debug_frame', elf.pointer_size), ('.eh_frame', 4)):
+        sec = elf.section_by_name(name)
+        if sec is None or not sec.size:
+            continue
+        if starts is None:
+            starts = set()
+        symbols = elf.symbols()
+        for sym_index, addend in elf.relocations_by_field(sec, width).values():
+            sym = symbols[sym_index]
+            starts.add((sym.shndx, sym.value + addend))
+    return starts
 
 
 def _aliases(defined: list[Symbol]) -> set[str]:

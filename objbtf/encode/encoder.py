@@ -39,10 +39,12 @@ from ..btf.function_rules import (
 )
 
 BTF_SECTION = '.BTF'
-STT_OBJECT, STT_SECTION = 1, 3
+STT_OBJECT, STT_SECTION, STT_FILE = 1, 3, 4
 PERCPU_SECTION = '.data..percpu'
 #: Variable names pahole never encodes: compiler and macro helpers.
 SKIPPED_VAR_PREFIXES = ('__UNIQUE_ID', '__tpstrtab_', '__exitcall_')
+#: The name objtool's --prefix gives the padding before a function.
+OBJTOOL_PREFIX: Final = '__pfx_'
 #: Each source of types (chunk.FROM_*), as messages name it.
 SOURCE_NAMES: Final = {FROM_DWARF: 'its DWARF', FROM_COMPILER_BTF: "its compiler's BTF"}
 
@@ -108,6 +110,17 @@ def encode_elf(elf: ElfFile, features: Features, name: str) -> Encoded:
                            loaded.variables, loaded.facts)
 
 
+def encode_assembly(elf: ElfFile, features: Features, name: str) -> Encoded | None:
+    """Encode an assembly object without DWARF (``is_bare_assembly``) as
+    gas's DWARF would have it encoded; None if it defines no function.
+    ``features`` change nothing of FUNCs."""
+    loaded = load_assembly(elf)
+    if not loaded.functions:
+        return None
+    return finish_encoding(loaded.btf, elf, loaded.entries, name, loaded.functions,
+                           loaded.variables, loaded.facts)
+
+
 def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
     """The types of an object that has DWARF, loaded from it."""
     secs = debug_sections(elf)
@@ -127,6 +140,54 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
         if features.var:
             n_vars += _add_variables(loader, cu, places, features, entries)
     return Loaded(btf, entries, len(functions.first), n_vars, functions.facts, [])
+
+
+def is_bare_assembly(elf: ElfFile) -> bool:
+    """Whether the object is what gas makes of an assembly file without
+    ``-g``: no DWARF, no symbol of type FILE and no ``.comment``.  A
+    compiler, GCC or clang, names its source in a FILE symbol and itself in
+    ``.comment``, with or without debug information, and ``strip
+    --strip-debug`` takes the FILE symbols but leaves ``.comment``; gas
+    makes neither but for a ``.file`` or ``.ident`` directive, which cpp's
+    line markers are not.  The DWARF-less Kbuild assembles so
+    (docs/dwarfless.md)."""
+    return not has_dwarf(elf) and elf.section_by_name('.comment') is None \
+        and not elf.typed_symbols(STT_FILE)
+
+
+def load_assembly(elf: ElfFile) -> Loaded:
+    """The FUNCs an assembly object's DWARF would give, from its symbols.
+
+    With ``-g``, gas's DWARF has a DW_TAG_subprogram for every function
+    symbol the file defines with a size, without parameters or a return
+    type (DWARF 5 names an unspecified type), and the DWARF path gives each
+    whose name is a key of the object's function symbols a FUNC ``void
+    (void)``, the weak ones FACT_WEAK; the link's rules then apply as to
+    any FUNC (a weak C definition of the same name has another prototype:
+    both dropped).  An object without DWARF gets the same from its symbol
+    table, in its order, so that the DWARF-less build, which gives assembly
+    no ``-g``, links the FUNCs the DWARF build does.
+
+    But for the symbols objtool adds after gas (``--prefix``, the kernel's
+    CONFIG_CALL_PADDING): ``__pfx_NAME``, a function symbol over the
+    padding that ends where function NAME starts, which no DWARF names."""
+    symbols = elf.symbols()
+    keys, weak = function_keys(symbols)
+    btf = Btf(byteorder=elf.byteorder)
+    facts: dict[str, int] = {}
+    defined = [s for s in symbols
+               if s.type == STT_FUNC and 0 < s.shndx < SHN_LORESERVE and s.size]
+    starts = {(s.shndx, s.value, s.name) for s in defined}
+    proto = 0
+    for s in defined:
+        if s.name not in keys or s.name in facts or s.name.startswith(OBJTOOL_PREFIX) \
+                and (s.shndx, s.value + s.size, s.name[len(OBJTOOL_PREFIX):]) in starts:
+            continue
+        if not proto:
+            proto = btf.add(BtfType(Kind.FUNC_PROTO))
+        btf.add(BtfType(Kind.FUNC, s.name, type=proto))
+        facts[s.name] = FACT_WEAK if s.name in weak else 0
+    return Loaded(btf, {}, len(facts), 0, {n: f for n, f in facts.items() if f}, [])
 
 
 def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:
@@ -381,17 +442,43 @@ def _is_struct(loader: CuLoader, type_off: int | None) -> bool:
 
 def _is_packed_struct(loader: CuLoader, type_off: int | None, pointer_size: int) -> bool:
     """A named struct (the parameter's own type, as pahole looks) whose
-    layout says packed: a member off its natural alignment, or a size that
-    is no multiple of the largest one (class__infer_packed_attributes)."""
+    layout says packed (``is_packed_struct``)."""
     die = loader.dies.get(type_off) if type_off else None
     if die is None or die.tag != C.TAG_structure_type or not die.attrs.get(C.AT_name):
         return False
-    t = loader.btf[loader.ref(type_off)]
+    return is_packed_struct(loader.btf, loader.ref(type_off), pointer_size)
+
+
+def uncertain_location(btf: Btf, proto: BtfType, machine: int, pointer_size: int) -> bool:
+    """pahole's uncertain_parm_loc for a function of prototype ``proto``
+    (FUNC_PROTO of ``btf``), as ``_Functions`` decides it from the
+    parameters of its DWARF definition: with at least as many parameters as
+    the machine passes in registers, one past them (on the stack) whose own
+    type is a named struct laid out packed.  The types alone decide, so the
+    loader of a compiler's BTF applies it too."""
+    nr_registers = NR_REGISTER_PARAMS.get(machine, 0)
+    params = [p for p in proto.items if p.type]       # (not varargs' trailing 0)
+    if not nr_registers or len(params) < nr_registers:
+        return False
+    return any(_named_struct(btf, p.type) and is_packed_struct(btf, p.type, pointer_size)
+               for p in params[len(REGISTER_PARAMS.get(machine, ())):])
+
+
+def _named_struct(btf: Btf, type_id: int) -> bool:
+    t = btf[type_id]
+    return t.kind is Kind.STRUCT and bool(t.name)
+
+
+def is_packed_struct(btf: Btf, type_id: int, pointer_size: int) -> bool:
+    """A STRUCT whose layout says packed: a member off its natural
+    alignment, or a size that is no multiple of the largest one
+    (class__infer_packed_attributes)."""
+    t = btf[type_id]
     if t.kind is not Kind.STRUCT:
         return False
     widest = 1
     for m in t.items:
-        align = _natural_alignment(loader.btf, m.type, pointer_size)
+        align = _natural_alignment(btf, m.type, pointer_size)
         if align == 1 or m.bitfield_size:
             continue
         widest = max(widest, align)

@@ -7,8 +7,8 @@ from ..compiler_btf.loader import encode_compiler_btf
 from ..elf.errors import FileChanged
 from ..elf.reader import ElfFile
 from .cache import EncodeCache
-from .encoder import (BTF_SECTION, Encoded, Written, encode_elf, has_dwarf, write_sections,
-                      write_typeless_chunk, written)
+from .encoder import (BTF_SECTION, Encoded, Written, encode_assembly, encode_elf, has_dwarf,
+                      is_bare_assembly, write_sections, write_typeless_chunk, written)
 from ..errors import ObjbtfError
 from ..features import Features
 from ..regular_files import error_text
@@ -29,8 +29,8 @@ def encode_path(path: str, features: Features,
     """Encode ``path`` in place; None if it has no types to encode,
     what ``cache`` kept if it had the object (``encode_cache.py``).
 
-    The kernel rejects BTF without types, so such an object (no DWARF, or
-    DWARF of assembly only) gets no .BTF, only the .BTF.objbtf chunk that
+    The kernel rejects BTF without types, so such an object (C without
+    DWARF, assembly without function symbols) gets no .BTF, only the .BTF.objbtf chunk that
     names it (see ``write_typeless_chunk``), and loses the .BTF and
     .rela.BTF an earlier encode left.  The chunk records ``path`` as given:
     the link compares it with the objects a build lists.
@@ -79,9 +79,13 @@ def _encode(elf: ElfFile, features: Features, path: str) -> Encoded | None:
     objbtf has not encoded the object yet: reading it costs a fraction of
     decoding DWARF.  Once objbtf has (a ``.BTF.objbtf`` chunk), ``.BTF`` is
     objbtf's own, not a source: the object is encoded again from its DWARF,
-    and without DWARF it has no types left (docs/design.md, "The per-object step").
+    and without DWARF it has no types left (docs/design.md, "The per-object
+    step").  An assembly object without DWARF gets its functions from its
+    symbols (``encoder.load_assembly``), the first time and every time after.
     """
     sec = elf.section_by_name(BTF_SECTION)
     if sec is not None and sec.size and elf.section_by_name(CHUNK_SECTION) is None:
         return encode_compiler_btf(elf, features, path)
-    return encode_elf(elf, features, path) if has_dwarf(elf) else None
+    if has_dwarf(elf):
+        return encode_elf(elf, features, path)
+    return encode_assembly(elf, features, path) if is_bare_assembly(elf) else None
