@@ -121,7 +121,7 @@ def set_makefile_version(tree: Path, patchlevel: str) -> None:
     ('6.12', 'mainline layout', 'for 6.12, scripts/gen-btf.sh exists'),
     ('6.12', 'edited context', '3-modules.patch does not apply'),
     ('7.2', 'says 6.12', "for 6.12, Makefile has no line 'VERSION = 6'"),
-    ('7.2', 'edited context', '0002-kbuild-btf-link-vmlinux-s-BTF-from-the-objects-BTF.patch '
+    ('7.2', 'edited context', '0001-kbuild-btf-make-vmlinux-s-and-modules-BTF-from-per-o.patch '
      'does not apply'),
 ])
 def test_apply_refuses_an_unknown_tree(tmp_path, version, damage, expected):

@@ -36,12 +36,13 @@ def build_with_patches(src: Path, build: Path, env: dict[str, str]) -> str:
     r = subprocess.run(['make', '-C', str(src), f'O={build}', f'-j{os.cpu_count() or 2}',
                         f'OBJBTF={objbtf_command()}', *ccache, 'vmlinux', 'modules', 'bzImage'],
                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = r.stderr.splitlines()
     if r.returncode != 0:
-        return f'make failed: {r.stderr[-1500:]}'
-    warnings = [line for line in r.stderr.splitlines()
-                if 'warning' in line.lower() and 'BTF' in line]
+        errors = [line for line in lines if 'error' in line.lower()] or lines
+        return 'make failed: ' + ' | '.join(errors[:4])
+    warnings = [line for line in lines if 'warning' in line.lower() and 'BTF' in line]
     if warnings:
-        return f'warnings: {warnings[:5]}'
+        return f'{len(warnings)} warnings: ' + ' | '.join(warnings[:3])
     if '.BTF' not in sections(build / 'vmlinux'):
         return 'vmlinux has no .BTF'
     return ''
@@ -61,4 +62,4 @@ def test_each_patch_of_the_7_2_series_builds_on_its_own(tmp_path):
         problem = build_with_patches(src, build, env)
         if problem:
             failed[patch.name] = problem
-    assert failed == {}
+    assert not failed, '\n'.join(f'{name}: {why}' for name, why in failed.items())
