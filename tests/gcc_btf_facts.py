@@ -13,6 +13,9 @@ The differences (docs/dwarfless.md):
   ``BTF_TYPE_EMIT(struct bpf_iter)`` in a function of kernel/bpf/verifier.c);
 - base types that no DIE refers to (DWARF 5 location expressions' types)
   are missing;
+- bit-fields after an unnamed bit-field (``u32 : 31, invalid : 1``) may
+  have other bit offsets (GCC 12 gives ``leaf_0x2_reg``'s ``invalid`` bit
+  0, not 31): ``after_a_gap`` finds them in the DWARF path's BTF;
 - GCC's BTF has no parameter locations and one prototype per function, so
   the functions the DWARF path's link drops for facts only DWARF has
   (``unexpected_reg``, ``reordered``, ``optimized_clone``, and definitions
@@ -23,7 +26,9 @@ The differences (docs/dwarfless.md):
 No other FUNC may differ: objbtf gives a FUNC only to the functions GCC
 compiled (not to one a unit declares in C and defines in top-level
 assembly, which DWARF only declares), and an assembly object without DWARF
-the FUNCs gas's DWARF gives it (docs/dwarfless.md).
+the FUNCs gas's DWARF gives it (docs/dwarfless.md).  What both sides have
+is compared by content (``differently_declared``): every named type, FUNC
+prototype and VAR declared alike.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from libbpf_oracle import libbpf_dedup
 from objbtf.btf import Btf, Kind, parse_btf
 from objbtf.btf.function_rules import DROPPING_FACTS, FACT_UNCERTAIN_LOC
 from objbtf.btf.writer import encode_btf
+from objbtf.inspect.diff import diff_btf
 from objbtf.elf.reader import ElfFile
 
 #: DWARF type tags and the BTF kind each becomes.
@@ -105,6 +111,46 @@ def expected_from_dwarf(dwarf: Btf) -> Btf:
     return parse_btf(libbpf_dedup(encode_btf(without_wide_enumerators(dwarf))))
 
 
+def after_a_gap(t) -> bool:
+    """Whether a struct or union of the DWARF path's BTF has a bit-field
+    that starts past bit 0 as its first member, or past the end of the
+    bit-field before it: where the source has an unnamed bit-field, which
+    neither BTF keeps, and GCC 12's BTF gives the bit-fields after it other
+    offsets (``struct leaf_0x2_reg { u32 : 31, invalid : 1; }``: 0 for 31)."""
+    before = None
+    for m in t.items:
+        if m.bitfield_size:
+            start = 0 if before is None else before.bit_offset + before.bitfield_size
+            if m.bit_offset > start and (before is None or before.bitfield_size):
+                return True
+        before = m
+    return False
+
+
+def differently_declared(expected: Btf, ours: Btf) -> list[str]:
+    """What both have but declare otherwise, by content (``objbtf diff``'s
+    comparison): named types (members with their types, offsets and bit
+    fields; enumerators), FUNC prototypes with their parameter names and
+    linkage, VARs with their linkage and DATASEC; and any VAR one side
+    lacks.  GCC's BTF has each of these as the DWARF does, but for the bit
+    offsets of bit-fields after an unnamed one (``after_a_gap``)."""
+    sections = diff_btf(expected, ours)
+    gaps = {(t.kind.name, t.name) for _, t in expected.own()
+            if t.kind in (Kind.STRUCT, Kind.UNION) and t.name and after_a_gap(t)}
+    types = [e for e in sections['types'].changed if (e['kind'], e['name']) not in gaps]
+    out = [f'{len(entries)} {what} declared otherwise: '
+           + ', '.join(str(e.get('name')) for e in entries[:10])
+           for what, entries in (('named types', types),
+                                 ('FUNCs', sections['functions'].changed),
+                                 ('VARs', sections['variables'].changed))
+           if entries]
+    variables = sections['variables']
+    if variables.added or variables.removed:
+        out.append(f'VARs only from GCC BTF: {[e["name"] for e in variables.added][:10]}; '
+                   f'only from DWARF: {[e["name"] for e in variables.removed][:10]}')
+    return out
+
+
 def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
                 dwarf_drops: set[str] = frozenset()) -> list[str]:
     """How ``ours`` (from GCC's BTF) differs from ``dwarf`` (the DWARF path's,
@@ -130,6 +176,7 @@ def unexplained(ours: Btf, dwarf: Btf, facts: dict[str, Counter],
     if extra - dwarf_drops:
         problems.append(f'{len(extra - dwarf_drops)} FUNCs the DWARF path drops for no fact '
                         f'of its own: {sorted(extra - dwarf_drops)[:10]}')
+    problems += differently_declared(expected, ours)
     mine, other = kind_counts(ours), kind_counts(expected)
     local = facts['local kinds'] + Counter(INT=sum(facts['unused base'].values()))
     local['ENUM64'] = local['ENUM']
