@@ -17,12 +17,15 @@ the same objects:
   copy of ``vmlinux.unstripped``, which holds the DWARF the stock
   ``.tmp_vmlinux1`` would (the objbtf flow strips ``.tmp_vmlinux1``).
 - **modules**: a sample of --modules modules (every k-th of modules.order),
-  one after the other: ``objbtf link --base vmlinux --base-index`` (the
-  index made by an untimed first link, as Kbuild makes
-  ``.btf.vmlinux.index`` once) against ``pahole -J $(PAHOLE_FLAGS)
-  --btf_base vmlinux``.
+  one after the other, each on the ``.ko`` as its ``ld -r`` left it (its
+  saved command run again into a work directory: the tree's ``.ko`` has
+  its final BTF): ``objbtf link --base vmlinux --base-index`` (the index
+  made by an untimed first link, as Kbuild makes ``.btf.vmlinux.index``
+  once) against ``pahole -J $(PAHOLE_FLAGS) --btf_base vmlinux``.
 
-objbtf runs as the console script, in process (OBJBTF_RESIDENT=0).  Each
+objbtf runs as the console script, in process (OBJBTF_RESIDENT=0): for
+the module links, a process each, where Kbuild sends them to its resident
+server (resident_bench.py measures that way).  Each
 pair runs --repeat times in turns (A B A B); the report gives medians of
 wall, CPU (user + system, children included) and memory (the largest PSS
 summed over the command's processes, and the largest process's max RSS),
@@ -41,11 +44,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accounting import Summary, cpu_mark, interleaved, others_since
-from harness import Ratio, doubts, paired_ratio, record
-from install import clean_env
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / 'testsupport'))
+from accounting import Summary, cpu_mark, interleaved, others_since  # noqa: E402
+from harness import Ratio, doubts, paired_ratio, record  # noqa: E402
+from install import clean_env  # noqa: E402
+from saved_commands import first_command  # noqa: E402
 GOALS = {'vmlinux': {'wall': 0.25, 'rss': 0.5}}
 
 
@@ -69,6 +73,17 @@ def sampled_modules(build: Path, count: int) -> list[str]:
     order = (build / 'modules.order').read_text().split()
     step = max(1, len(order) // count) if count else len(order) + 1
     return [str(Path(m).with_suffix('.ko')) for m in order[::step][:count]]
+
+
+def pre_btf_module(build: Path, ko: str, work: Path) -> Path:
+    """The module ``ko`` linked again by its saved ``ld -r`` into ``work``,
+    before its BTF step."""
+    argv = first_command(build / ko)
+    out = work / ko
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv[argv.index('-o') + 1] = str(out)
+    subprocess.run(argv, cwd=build, check=True)
+    return out
 
 
 def ratios(ours: Summary, theirs: Summary) -> dict[str, Ratio]:
@@ -136,23 +151,26 @@ def main() -> int:
                   f'--btf-features {features}', '']
         report += lines_for('vmlinux', ours, theirs, others)
         modules = sampled_modules(build, args.modules)
+        linked = {ko: pre_btf_module(build, ko, work / 'modules') for ko in modules}
         if modules:
             index = work / 'index'
             ours_m = ' && '.join(shlex.join([args.objbtf, 'link', '--btf-features', features,
                                              '--quiet', '--objects', ko.removesuffix('.ko') + '.mod',
                                              '--base', 'vmlinux', '--base-index', str(index),
-                                             '--output', str(work / 'm.BTF'), ko])
+                                             '--output', str(work / 'm.BTF'), str(linked[ko])])
                                  for ko in modules)
             theirs_m = ' && '.join(shlex.join([args.pahole, '-J', *flags, '--btf_base', 'vmlinux',
-                                               f'--btf_encode_detached={work}/pm.BTF', ko])
+                                               f'--btf_encode_detached={work}/pm.BTF',
+                                               str(linked[ko])])
                                    for ko in modules)
             subprocess.run(['sh', '-c', ours_m], cwd=build, env=env, check=True)  # the index
             mark = cpu_mark()
             theirs, ours = interleaved(args.repeat, [['sh', '-c', theirs_m], ['sh', '-c', ours_m]],
                                        cwd=build, env=env)
             report += ['']
-            report += lines_for(f'{len(modules)} modules, one after the other', ours, theirs,
-                                others_since(mark))
+            report += lines_for(f'{len(modules)} modules, one after the other, objbtf link a '
+                                'process each (Kbuild runs them through the resident server: '
+                                'resident_bench.py)', ours, theirs, others_since(mark))
     text = '\n'.join(report)
     print(text)
     if not args.no_record:
