@@ -1,12 +1,12 @@
 """Each patch of the 7.2 series builds on its own, as a kernel maintainer
-bisecting it would build it (full tier only: seven builds).
+bisecting it would build it (full tier only: a build per patch).
 
 One copy of Linux 7.2 takes the patches one at a time; after each, a build
 from an empty O= directory (the reference config with the boot fragment,
 as the matrix's 7.2 row) must succeed with ``OBJBTF`` set, without a
-warning about BTF, and leave vmlinux with a ``.BTF`` section.  Before patch
-7 the tree still asks Kconfig for the installed pahole, so the earlier
-builds need it.  The builds compile through ccache and objbtf's encode
+warning about BTF, and leave vmlinux with a ``.BTF`` section.  Before the
+last patch the tree still asks Kconfig for the installed pahole, so the
+earlier builds need it.  The builds compile through ccache and objbtf's encode
 cache, shared by all of them, so that the objects the patches do not change
 cost a cache hit after the first build.
 """
@@ -29,7 +29,7 @@ VERSION = '7.2'
 
 
 def build_with_patches(src: Path, build: Path, env: dict[str, str]) -> str:
-    """A build from an empty O= directory; make's stderr, or the failure."""
+    """A build from an empty O= directory: what went wrong, or ''."""
     shutil.rmtree(build, ignore_errors=True)
     ccache = ('CC=ccache gcc', 'HOSTCC=ccache gcc')
     run(INTEGRATION / 'configure', src, build, *map(fragment_path, BOOTABLE), *ccache, env=env)
