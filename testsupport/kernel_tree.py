@@ -45,6 +45,9 @@ def _encode(tree: str, path: str) -> None:
 
 #: Host programs built along the kernel, never linked into it.
 HOST_DIRS = ('scripts', 'tools')
+#: Where x86's boot image (bzImage: the real-mode setup code, the
+#: decompressor) keeps its objects, beside the startup code vmlinux holds.
+BOOT_DIRS = ('arch/x86/boot/',)
 
 
 #: Objects a build makes of the linked kernel, not of its sources: vmlinux.o
@@ -55,10 +58,16 @@ LINK_PRODUCTS = ('vmlinux.o', '.btf.vmlinux.bin.o', '.tmp_vmlinux1.btf.o')
 
 def objects(tree: Path) -> list[Path]:
     """The kernel's objects: what vmlinux and the modules are linked from,
-    without LINK_PRODUCTS and the host programs."""
-    return sorted(p for p in tree.rglob('*.o')
-                  if p.name not in LINK_PRODUCTS
-                  and p.relative_to(tree).parts[0] not in HOST_DIRS)
+    without LINK_PRODUCTS, the host programs and the boot image's own
+    objects (those of BOOT_DIRS that vmlinux.a does not hold)."""
+    archive = tree / 'vmlinux.a'
+    in_vmlinux = set(subprocess.run(['ar', 't', str(archive)], check=True, capture_output=True,
+                                    text=True).stdout.split()) if archive.exists() else set()
+
+    def kept(rel: Path) -> bool:
+        boot_only = str(rel).startswith(BOOT_DIRS) and str(rel) not in in_vmlinux
+        return rel.name not in LINK_PRODUCTS and rel.parts[0] not in HOST_DIRS and not boot_only
+    return sorted(p for p in tree.rglob('*.o') if kept(p.relative_to(tree)))
 
 
 def encoded_tree(build: Path, dest: Path) -> Path:

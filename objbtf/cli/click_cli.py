@@ -113,8 +113,9 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     with no -g at all, it is the DWARF-less build).  Assembly without -g
     gets the FUNCs gas's DWARF would give its functions, from its symbols.
     An object without types (-g0) gets a notice and only the chunk, no
-    .BTF: the link then knows the object was not left out.  A broken object gets a
-    one-line error and stays untouched; the exit status is then 1.
+    .BTF: the link then knows the object was not left out.  A broken
+    object gets a one-line error and stays untouched; the exit status is
+    then 1.
 
     With OBJBTF_CACHE_DIR=DIR in the environment, each encode is kept in
     DIR by the object's bytes, path and features and objbtf's code, and an
