@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import Summary, cpu_mark, interleaved, others_since  # noqa: E402
-from harness import Ratio, doubts, paired_ratio, record  # noqa: E402
+from harness import Ratio, doubts, paired_ratio, pahole_version, record  # noqa: E402
 from install import clean_env  # noqa: E402
 from saved_commands import first_command  # noqa: E402
 GOALS = {'vmlinux': {'wall': 0.25, 'rss': 0.5}}
@@ -129,8 +129,7 @@ def main() -> int:
                      'with OBJBTF (kbuild-integration)')
     flags = make_value(build, 'PAHOLE_FLAGS', f'OBJBTF={args.objbtf}').split()
     features = objbtf_features(flags)
-    version = subprocess.run([args.pahole, '--version'], check=True, capture_output=True,
-                             text=True).stdout.strip()
+    version = pahole_version(args.pahole)
     env = clean_env(OBJBTF_RESIDENT='0')
     with tempfile.TemporaryDirectory(prefix='btf-step.') as tmp:
         work = Path(tmp)
@@ -146,7 +145,7 @@ def main() -> int:
         others = others_since(mark)
         report = [f'{build}: Linux {make_value(build, "KERNELVERSION")}, '
                   f'{len((build / "modules.order").read_text().split())} modules; '
-                  f'{args.repeat} turns (pahole, objbtf); the peer: newest pahole ({version}) '
+                  f'{args.repeat} turns (pahole, objbtf); the peer: {version} '
                   f'with the tree\'s PAHOLE_FLAGS `{" ".join(flags)}`; objbtf link '
                   f'--btf-features {features}', '']
         report += lines_for('vmlinux', ours, theirs, others)

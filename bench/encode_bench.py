@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import become_subreaper, server_supported, settle_servers, tree_cpu  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from kernel_tree import objects  # noqa: E402
-from harness import record, turn_order  # noqa: E402
+from harness import pahole_version, record, turn_order  # noqa: E402
 from saved_commands import compile_command  # noqa: E402
 KERNEL_SCRIPT = HERE.parent / 'scripts' / 'build-kernel.sh'
 TOOLS = ('compile', 'objbtf', 'pahole')
@@ -120,11 +120,10 @@ def main() -> int:
         idle = tree_cpu() - before - servers.stop_cpu     # the server's, after the last object
     if sys.stderr.isatty():
         print(file=sys.stderr)
-    version = subprocess.run([args.pahole, '--version'], capture_output=True, text=True,
-                             check=True).stdout.strip()
+    version = pahole_version(args.pahole)
     report = f'objbtf client: {shlex.join(client)}\n' + summary(
         cpu, skipped, args.every, time.time() - start, idle, servers.as_dict(),
-        f'pahole {version}')
+        version)
     report += f'\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end'
 
     print(report)

@@ -31,6 +31,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -120,6 +121,15 @@ def orders(turns: int) -> list[int]:
     """The order of each of ``turns`` turns of ``turn_order`` (0: as given,
     1: reversed), as ``paired_ratio`` takes them."""
     return [turn % 2 for turn in range(turns)]
+
+
+def pahole_version(pahole: str) -> str:
+    """'pahole v1.31' of a bench's peer, which must run (else the bench ends,
+    naming it)."""
+    r = subprocess.run([pahole, '--version'], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f'{Path(sys.argv[0]).name}: the peer {pahole} does not run: {r.stderr.strip()}')
+    return f'pahole {r.stdout.strip()}'
 
 
 def machine() -> str:

@@ -91,7 +91,8 @@ from accounting import (become_subreaper, cpu_mark, others_share, others_since, 
                         settle_servers, stop_servers, tree_cpu)
 from install import clean_env, installed_objbtf, quick_client
 from projection import PHASES, Phase, build_wall
-from harness import OTHERS_LIMIT, command_line, doubts, paired_ratio, record, turn_order
+from harness import (OTHERS_LIMIT, command_line, doubts, paired_ratio, pahole_version, record,
+                     turn_order)
 
 HERE = Path(__file__).resolve().parent
 CONFIG_DIR = HERE.parent / 'kbuild-integration' / 'configs'
@@ -502,14 +503,6 @@ def projection_table(rows: list[tuple[str, str, dict[str, Phase]]], names: list[
             out.append(f'{step:8} {f"{name}/{names[0]}":17} {"":>30}'
                        + ''.join(f' {a / b:7.2f}' for a, b in zip(w, base)))
     return out
-
-
-def pahole_version(pahole: str) -> str:
-    """'pahole v1.31' of the peer, which must run."""
-    r = subprocess.run([pahole, '--version'], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f'kbuild_bench: --pahole {pahole} does not run: {r.stderr.strip()}')
-    return f'pahole {r.stdout.strip()}'
 
 
 def short(seconds: float) -> str:

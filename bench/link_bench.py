@@ -62,7 +62,7 @@ os.environ['OBJBTF_RESIDENT'] = '0'
 from accounting import interleaved  # noqa: E402
 from encode_bench import reference_kernel  # noqa: E402
 from kernel_tree import VMLINUX_LINK, encoded_tree, pahole_flags  # noqa: E402
-from harness import record  # noqa: E402
+from harness import pahole_version, record  # noqa: E402
 from saved_commands import first_command  # noqa: E402
 
 #: The encoded objects linked as .tmp_vmlinux.btf, DWARF kept: both tools' input.
@@ -181,8 +181,7 @@ def main() -> int:
     args = ap.parse_args()
     build = reference_kernel(args.kernel_modules)
     peer = [args.pahole, '-J', *pahole_flags(build, args.pahole)]
-    version = subprocess.run([args.pahole, '--version'], capture_output=True, text=True,
-                             check=True).stdout.strip()
+    version = pahole_version(args.pahole)
     objbtf = [sys.executable, '-m', 'objbtf']
     # Byte-compiled, as an installed objbtf is (pip compiles what it installs).
     subprocess.run([sys.executable, '-m', 'compileall', '-q', str(HERE.parent / 'objbtf'),
@@ -223,7 +222,7 @@ def main() -> int:
         missing = ['sh', '-c', f'cp {warm} {cache} && exec "$@"', 'sh'] + cached_link
         typed, p3 = interleaved(args.repeat, [missing, pahole])
     report = (f'{"modules" if args.kernel_modules else "reference"} configuration; peer: '
-              f'`{shlex.join(peer)}` (pahole {version})\n'
+              f'`{shlex.join(peer)}` ({version})\n'
               f'pahole: {p}\n'
               f'objbtf link (-j {len(os.sched_getaffinity(0))}): {o}\n'
               f'objbtf link -j 1: {o1}\n'

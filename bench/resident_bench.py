@@ -57,7 +57,7 @@ from accounting import (  # noqa: E402
     become_subreaper, cpu_mark, others_share, others_since, settle_servers,
 )
 from install import quick_client  # noqa: E402
-from harness import doubts, paired_ratio, record  # noqa: E402
+from harness import doubts, paired_ratio, pahole_version, record  # noqa: E402
 from saved_commands import compile_command, first_command  # noqa: E402
 
 KERNEL = Path('/var/cache/objbtf/kernel-6.1/build')
@@ -149,8 +149,7 @@ def main() -> int:
                                                   for w in ways}
     problems: list[str] = []
     flags = pahole_flags(args.build, args.pahole)
-    version = subprocess.run([args.pahole, '--version'], capture_output=True, text=True,
-                             check=True).stdout.strip()
+    version = pahole_version(args.pahole)
     pahole: list[float] = []
     become_subreaper()              # the servers' CPU is reaped, and counted as ours
     started = time.time()
@@ -210,7 +209,7 @@ def main() -> int:
                      f'{1000 * link:6.1f} ms ({link / peer:.2f} x pahole), base kept '
                      f'{1000 * kept:6.1f} ms ({kept / peer:.2f} x)'
                      + (f'   (server start {1000 * start:.0f} ms, once per tree)' if start else ''))
-    lines.append(f'  pahole {version} -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
+    lines.append(f'  {version} -J {shlex.join(flags)} --btf_base vmlinux: {1000 * peer:.1f} ms per '
                  'module (goal for the module link: at most 1.0 x)')
     lines.append('module link / pahole, paired round by round (median, range):')
     for way, f in figures.items():
