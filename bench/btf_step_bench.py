@@ -46,7 +46,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'testsupport'))
-from accounting import Summary, cpu_mark, interleaved, others_since  # noqa: E402
+from accounting import Summary, cpu_mark, interleaved, others_share, others_since  # noqa: E402
 from harness import Ratio, doubts, paired_ratio, pahole_version, record  # noqa: E402
 from install import clean_env  # noqa: E402
 from saved_commands import first_command  # noqa: E402
@@ -96,8 +96,7 @@ def lines_for(what: str, ours: Summary, theirs: Summary, others_cpu: float) -> l
     """The report's lines for one pair; ``others_cpu``: the CPU seconds
     other processes used meanwhile (accounting.others_since)."""
     got = ratios(ours, theirs)
-    wall = sum(r.wall for r in ours.runs + theirs.runs)
-    others = others_cpu / (wall * len(os.sched_getaffinity(0)))
+    others = others_share(others_cpu, sum(r.wall for r in ours.runs + theirs.runs))
     out = [f'{what}:', f'  newest pahole  {theirs}', f'  objbtf link    {ours}',
            '  objbtf / pahole per turn, median (range): '
            + ', '.join(f'{key} {got[key]}' for key in ('wall', 'cpu', 'pss', 'rss'))]
