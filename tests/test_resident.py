@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import C_FIXTURES, ROOT, cache_counts, cache_entries, compile_c, need, run
+from objbtf.elf.reader import ElfFile
 from objbtf.encode.cache import STATS
 
 NATIVE = 'objbtf-client'
@@ -516,6 +517,32 @@ def test_the_encode_cache_is_the_one_each_clients_environment_names(tmp_path, ru
         assert (tree.path / name).read_bytes() == (local.path / name).read_bytes(), name
     [server] = tree.servers()
     assert server['requests'] == '3'
+    tree.stop()
+
+
+def debug_info_size(obj: Path) -> int:
+    with ElfFile.open(str(obj)) as elf:
+        return elf.section_by_name('.debug_info').size
+
+
+def test_make_s_drop_dwarf_variable_reaches_the_worker(tmp_path, runtime, objects):
+    """OBJBTF_DROP_DWARF=1 in a client's environment (make puts its command
+    line's variables there) drops that object's DWARF as --drop-dwarf does
+    in process; the next client's, without it, keeps its DWARF."""
+    program = shlex.split(Tree(tmp_path, runtime).run('server', 'command').stdout)
+    tree = Tree(tmp_path / 'tree', runtime)
+    local = Tree(tmp_path / 'local', runtime, OBJBTF_RESIDENT='0')
+    names = populate(tree.path, objects[:2], 1)
+    populate(local.path, objects[:2], 1)
+    assert tree.native(program, 'encode', names[0], OBJBTF_DROP_DWARF='1').returncode == 0
+    assert tree.native(program, 'encode', names[1]).returncode == 0
+    assert local.run('encode', '--drop-dwarf', names[0]).returncode == 0
+    assert local.run('encode', names[1]).returncode == 0
+    for name in names:
+        assert (tree.path / name).read_bytes() == (local.path / name).read_bytes(), name
+    assert [debug_info_size(tree.path / name) > 0 for name in names] == [False, True]
+    [server] = tree.servers()
+    assert server['requests'] == '2'
     tree.stop()
 
 

@@ -102,7 +102,7 @@ def main() -> None:
 
 @main.command()
 @_from_table('encode')
-def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
+def encode(objects: tuple[str, ...], features: Features, quiet: bool, drop_dwarf: bool) -> None:
     """Encode each object's DWARF as BTF, written into the object.
 
     Adds (or replaces) a .BTF section and a .rela.BTF (.rel.BTF on REL
@@ -121,15 +121,19 @@ def encode(objects: tuple[str, ...], features: Features, quiet: bool) -> None:
     DIR by the object's bytes, path and features and objbtf's code, and an
     object seen before (one ccache restored) gets the kept sections
     without encoding; OBJBTF_CACHE_SIZE (default 2G) bounds DIR.
+
+    With --drop-dwarf (or OBJBTF_DROP_DWARF=1) the object's DWARF sections
+    are emptied once it is encoded: the BTF of a DWARF build in a tree the
+    size of a DWARF-less one's.  Such an object cannot be encoded again.
     """
     from .commands import run_encode
-    sys.exit(run_encode(list(objects), features, quiet))
+    sys.exit(run_encode(list(objects), features, quiet, drop_dwarf))
 
 
 @main.command(context_settings={'ignore_unknown_options': True,
                                 'allow_interspersed_args': False})
 @_from_table('cc')
-def cc(command: tuple[str, ...], features: Features) -> None:
+def cc(command: tuple[str, ...], features: Features, drop_dwarf: bool) -> None:
     """Run a compiler, then encode the object it wrote (-o FILE).
 
     \b
@@ -139,7 +143,7 @@ def cc(command: tuple[str, ...], features: Features) -> None:
     uses OBJBTF_CACHE_DIR as objbtf encode does (see its --help).
     """
     from .commands import run_cc
-    sys.exit(run_cc(list(command), features))
+    sys.exit(run_cc(list(command), features, drop_dwarf))
 
 
 def _read_or_exit(path: str, base_path: str | None):

@@ -24,9 +24,9 @@ def dispatch(parsed: Parsed) -> int:
     """Run a command line ``options.parse_fast`` read; its exit status."""
     v = parsed.values
     if parsed.command == 'encode':
-        return run_encode(v['objects'], v['features'], v['quiet'])
+        return run_encode(v['objects'], v['features'], v['quiet'], v['drop_dwarf'])
     if parsed.command == 'cc':
-        return run_cc(v['command'], v['features'])
+        return run_cc(v['command'], v['features'], v['drop_dwarf'])
     from linkdedup.settings import LinkSettings
     try:
         lines = run_link(LinkSettings(**v))
@@ -42,10 +42,23 @@ def _say(message: str) -> None:
     print(f'objbtf: {message}', file=sys.stderr)
 
 
-def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
+#: OBJBTF_DROP_DWARF=1 in the environment is --drop-dwarf: make puts a
+#: variable of its command line there, so ``make OBJBTF_DROP_DWARF=1``
+#: reaches every encode without a change to Kbuild.
+DROP_DWARF_VARIABLE = 'OBJBTF_DROP_DWARF'
+
+
+def drop_dwarf_asked(flag: bool) -> bool:
+    """--drop-dwarf, or OBJBTF_DROP_DWARF set to anything but 0 or nothing."""
+    return flag or os.environ.get(DROP_DWARF_VARIABLE, '0') not in ('', '0')
+
+
+def run_encode(objects: list[str], features: Features, quiet: bool,
+               drop_dwarf: bool = False) -> int:
     """Encode each object in place, through the encode cache if
-    OBJBTF_CACHE_DIR names one; 1 if any failed (or the cache's size is
-    not a size), else 0."""
+    OBJBTF_CACHE_DIR names one, dropping its DWARF if asked
+    (``drop_dwarf_asked``); 1 if any failed (or the cache's size is not a
+    size), else 0."""
     from ..btf.types import gc_paused
     from ..encode.cache import CacheConfigError, EncodeCache
     from ..encode.object_file import EncodeFailure, encode_path
@@ -55,13 +68,14 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
         _say(str(err))
         return 1
     failed = False
+    drop_dwarf = drop_dwarf_asked(drop_dwarf)
     # The collector stays paused until each object's types are freed (by
     # reference counting, as they form no cycles): resumed while they were
     # alive, it would walk them all: about 0.8 ms per kernel object.
     with gc_paused():
         for path in objects:
             try:
-                typeless = encode_path(path, features, cache) is None
+                typeless = encode_path(path, features, cache, drop_dwarf) is None
             except EncodeFailure as err:
                 _say(str(err))
                 failed = True
@@ -74,7 +88,7 @@ def run_encode(objects: list[str], features: Features, quiet: bool) -> int:
     return 1 if failed else 0
 
 
-def run_cc(command: list[str], features: Features) -> int:
+def run_cc(command: list[str], features: Features, drop_dwarf: bool = False) -> int:
     """Run the compiler, then encode its -o object; the compiler's status."""
     import subprocess
     output = output_of(command)
@@ -91,7 +105,7 @@ def run_cc(command: list[str], features: Features) -> int:
         return status
     if output is None or not output.endswith('.o'):
         return 0
-    return run_encode([output], features, quiet=True)
+    return run_encode([output], features, True, drop_dwarf)
 
 
 def _remove(output: str | None) -> None:

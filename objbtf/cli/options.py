@@ -61,14 +61,21 @@ FEATURES = Option(
           + ' (off unless named). "-NAME" turns one off.'))
 BASE = Option(('-B', '--base'), 'base_path', 'path', any_path=True,
               help='Base BTF (vmlinux) for split BTF such as a module\'s.')
+DROP_DWARF = Option(
+    ('--drop-dwarf',), 'drop_dwarf', 'flag',
+    help='Empty the object\'s DWARF sections once its BTF is encoded from them: all of '
+         'DWARF\'s facts in the BTF, none of its bytes in the build tree (the kernel '
+         'then has no DWARF to debug with).  Also on with OBJBTF_DROP_DWARF=1 in the '
+         'environment, which make OBJBTF_DROP_DWARF=1 puts there.')
 
 COMMANDS = {c.name: c for c in (
     Command('encode', Argument('objects', many=True, any_path=True), (
         FEATURES,
         Option(('-q', '--quiet'), 'quiet', 'flag',
                help='No notice for objects without DWARF types.'),
+        DROP_DWARF,
     )),
-    Command('cc', Argument('command', command_line=True), (FEATURES,)),
+    Command('cc', Argument('command', command_line=True), (FEATURES, DROP_DWARF)),
     Command('dump', Argument('file', any_path=True), (BASE,)),
     Command('check', Argument('file', any_path=True), (
         BASE,

@@ -22,8 +22,9 @@ import struct
 from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
 
-from .consts import (ET_REL, SHF_INFO_LINK, SHN_LORESERVE, SHN_XINDEX, SHT_NOBITS,
-                     SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, SHT_STRTAB, STT_SECTION)
+from .consts import (ET_REL, SHF_COMPRESSED, SHF_INFO_LINK, SHN_LORESERVE, SHN_XINDEX,
+                     SHT_NOBITS, SHT_NULL, SHT_PROGBITS, SHT_REL, SHT_RELA, SHT_STRTAB,
+                     STT_SECTION)
 from ..regular_files import file_identity
 from .errors import ElfError, FileChanged
 from .reader import ElfFile, Layout, Section
@@ -127,10 +128,13 @@ class _Plan:
 
 
 def rewrite_object(path: str, elf: ElfFile, sections: Sequence[NewSection],
-                   relocs: Mapping[str, Sequence[Reloc]] | None = None) -> None:
+                   relocs: Mapping[str, Sequence[Reloc]] | None = None,
+                   emptied: Iterable[int] = ()) -> None:
     """Replace or add ``sections`` in the relocatable object at ``path``
     (already read as ``elf``), with relocation sections built from ``relocs``
-    (target section name -> relocations).
+    (target section name -> relocations), and empty the sections whose
+    indices are ``emptied`` (no bytes, not compressed, index kept) with
+    their relocation sections.
 
     A replaced section keeps its index. Its old relocation section, if any,
     is replaced by the new relocations or emptied (size 0, index kept).
@@ -154,7 +158,19 @@ def rewrite_object(path: str, elf: ElfFile, sections: Sequence[NewSection],
         hdr = plan.headers[plan.index[new.name]]
         hdr.link, hdr.info = _resolve_link(plan, new), _resolve_info(plan, new)
     _plan_relocs(plan, set(names), list(dict.fromkeys([*names, *relocs])), relocs)
+    for idx in emptied:
+        _empty(plan, idx)
     _emit(path, elf, plan.headers, plan.payload)
+
+
+def _empty(plan: _Plan, idx: int) -> None:
+    """Section ``idx`` and its relocation section keep their headers, with
+    no bytes; an emptied section is not compressed (a compressed one
+    starts with a header saying how long it was)."""
+    rel = plan.elf.reloc_section_for(idx)
+    for i in (idx,) if rel is None else (idx, rel.index):
+        plan.payload[i] = b''
+        plan.headers[i].flags &= ~SHF_COMPRESSED
 
 
 def _check_rewritable(path: str, elf: ElfFile) -> None:

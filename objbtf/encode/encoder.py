@@ -658,17 +658,32 @@ def written(enc: Encoded) -> Written:
     return Written(enc.raw, enc.chunk, enc.relocs, enc.addrs)
 
 
-def write_sections(path: str, elf: ElfFile, out: Written) -> None:
+def write_sections(path: str, elf: ElfFile, out: Written, drop_dwarf: bool = False) -> None:
     """Put .BTF, .BTF.objbtf and the address table if any, with their
-    relocations, into the object at ``path``, atomically."""
+    relocations, into the object at ``path``, atomically; with
+    ``drop_dwarf``, empty its DWARF sections in the same rewrite."""
     sections = [NewSection(BTF_SECTION, out.raw, addralign=4),
                 NewSection(CHUNK_SECTION, out.chunk, addralign=8)]
     if out.addrs is not None:
         sections.append(NewSection(ADDR_TABLE, out.addrs, addralign=8))
-    rewrite_object(path, elf, sections, out.relocs)
+    rewrite_object(path, elf, sections, out.relocs, dwarf_sections(elf) if drop_dwarf else ())
 
 
-def write_typeless_chunk(path: str, elf: ElfFile, name: str) -> None:
+def dwarf_sections(elf: ElfFile) -> list[int]:
+    """The indices of the object's DWARF sections (``.debug_*``, and the
+    legacy compressed ``.zdebug_*``) that hold bytes."""
+    return [sec.index for sec in elf.sections
+            if sec.size and sec.name.startswith(('.debug_', '.zdebug_'))]
+
+
+def dwarf_dropped(elf: ElfFile) -> bool:
+    """Whether an earlier ``encode --drop-dwarf`` emptied the object's DWARF:
+    a compiler never writes an empty .debug_info."""
+    sec = elf.debug_section('.debug_info')
+    return sec is not None and sec.size == 0
+
+
+def write_typeless_chunk(path: str, elf: ElfFile, name: str, drop_dwarf: bool = False) -> None:
     """Mark an object without types as seen by objbtf: a ``.BTF.objbtf``
     chunk with its name and no types, and no .BTF (the kernel rejects BTF
     without types).  The link then knows the object lacks nothing.
@@ -682,12 +697,14 @@ def write_typeless_chunk(path: str, elf: ElfFile, name: str) -> None:
     ld would put among the objects' BTF the link splits.  Emptied, not
     removed: removing a section renumbers the ones after it, which a tool
     such as strip may have put after .BTF.  An empty .BTF adds nothing to
-    what ld concatenates."""
+    what ld concatenates.  ``drop_dwarf`` empties the DWARF sections too
+    (DWARF that declares but defines nothing BTF keeps)."""
     chunk = NewSection(CHUNK_SECTION, typeless_chunk(name, elf.byteorder), addralign=8)
+    dwarf = dwarf_sections(elf) if drop_dwarf else ()
     if elf.section_by_name(BTF_SECTION) is not None:
         emptied = [NewSection(BTF_SECTION, b'', addralign=4), chunk]
         if elf.section_by_name(ADDR_TABLE) is not None:
             emptied.append(NewSection(ADDR_TABLE, b'', addralign=8))
-        rewrite_object(path, elf, emptied, {BTF_SECTION: []})
+        rewrite_object(path, elf, emptied, {BTF_SECTION: []}, dwarf)
         return
-    rewrite_object(path, elf, [chunk])
+    rewrite_object(path, elf, [chunk], None, dwarf)

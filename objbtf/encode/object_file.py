@@ -7,8 +7,9 @@ from ..compiler_btf.loader import encode_compiler_btf
 from ..elf.errors import FileChanged
 from ..elf.reader import ElfFile
 from .cache import EncodeCache
-from .encoder import (BTF_SECTION, Encoded, Written, encode_assembly, encode_elf, has_dwarf,
-                      is_bare_assembly, write_sections, write_typeless_chunk, written)
+from .encoder import (BTF_SECTION, Encoded, Written, dwarf_dropped, encode_assembly, encode_elf,
+                      has_dwarf, is_bare_assembly, write_sections, write_typeless_chunk,
+                      written)
 from ..errors import ObjbtfError
 from ..features import Features
 from ..regular_files import error_text
@@ -24,10 +25,12 @@ class EncodeFailure(ObjbtfError):
 RETRIES = 5
 
 
-def encode_path(path: str, features: Features,
-                cache: EncodeCache | None = None) -> Encoded | Written | None:
+def encode_path(path: str, features: Features, cache: EncodeCache | None = None,
+                drop_dwarf: bool = False) -> Encoded | Written | None:
     """Encode ``path`` in place; None if it has no types to encode,
     what ``cache`` kept if it had the object (``encode_cache.py``).
+    ``drop_dwarf`` empties the object's DWARF sections in the same rewrite,
+    once its BTF is taken from them: the tree keeps the BTF, not the DWARF.
 
     The kernel rejects BTF without types, so such an object (C without
     DWARF, assembly without function symbols) gets no .BTF, only the .BTF.objbtf chunk that
@@ -37,7 +40,7 @@ def encode_path(path: str, features: Features,
     """
     for attempt in range(RETRIES):
         try:
-            return _encode_once(path, features, cache)
+            return _encode_once(path, features, cache, drop_dwarf)
         except FileChanged:
             if attempt == RETRIES - 1:
                 raise EncodeFailure(f'{path}: the file kept changing while it was '
@@ -49,24 +52,28 @@ def encode_path(path: str, features: Features,
     raise AssertionError('unreachable')
 
 
-def _encode_once(path: str, features: Features,
-                 cache: EncodeCache | None) -> Encoded | Written | None:
+def _encode_once(path: str, features: Features, cache: EncodeCache | None,
+                 drop_dwarf: bool) -> Encoded | Written | None:
     # One object's types never form cycles that refcounting cannot free:
     # the cyclic collector would only walk them, once after each pass.
     key = None
     with gc_paused(), ElfFile.open(path) as elf:
+        if dwarf_dropped(elf):
+            raise ObjbtfError('its DWARF was dropped when it was encoded (--drop-dwarf), so it '
+                              'cannot be encoded again: its BTF stays as that encode wrote it '
+                              '(compile it again to encode it anew)')
         if cache is not None:
             key = cache.key(elf.data, features, path)
             kept = cache.get(key)
             if kept is not None:
-                write_sections(path, elf, kept)
+                write_sections(path, elf, kept, drop_dwarf)
                 return kept
         enc = _encode(elf, features, path)
         if enc is None or not enc.types:
-            write_typeless_chunk(path, elf, path)
+            write_typeless_chunk(path, elf, path, drop_dwarf)
             return None
         out = written(enc)
-        write_sections(path, elf, out)
+        write_sections(path, elf, out, drop_dwarf)
     if cache is not None and key is not None:
         cache.put(key, out)
     return enc
