@@ -12,7 +12,8 @@ The variants:
   stock    make OBJBTF=                    the stock build, with pahole
   objbtf   make OBJBTF=<objbtf>            per-object BTF
   NAME     --variant 'NAME=MAKE ARGS'      any other, e.g. the DWARF-less build:
-           --gbtf is --variant 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
+           --gbtf is --variant 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1',
+           --drop-dwarf --variant 'nodwarf=OBJBTF={objbtf} OBJBTF_DROP_DWARF=1'
 
 Every variant gets ``PAHOLE=`` --pahole (default: the installed one; for
 7.2 the newest, built from vendor/ by scripts/build-pahole.sh), whose
@@ -106,8 +107,10 @@ BASES = {'distro': 'defconfig'}
 DEFAULT_CONFIGS = ['reference', 'modules']
 STEPS = ('full', 'vmlinux', 'module')
 GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
-#: Make variables of the stock Kbuild, which check_variables need not find.
-STOCK_VARIABLES = ('PAHOLE', 'CC')
+DROP_DWARF = 'nodwarf=OBJBTF={objbtf} OBJBTF_DROP_DWARF=1'
+#: Make variables check_variables need not find in Kbuild: the stock
+#: Kbuild's, and those objbtf reads from the environment make puts them in.
+STOCK_VARIABLES = ('PAHOLE', 'CC', 'OBJBTF_DROP_DWARF')
 PROJECT_CPUS = (8, 32, 64)
 #: Kbuild's quiet output: "  CC      kernel/fork.o", "  LD [M]  drivers/net/veth.ko".
 COMMAND_LINE = re.compile(r'^  [A-Z][A-Z0-9_]*( \[M\])? +\S')
@@ -133,6 +136,7 @@ class Build:
     phases: dict[str, list[float]] = field(default_factory=dict)  # name -> [wall, cpu, commands]
     servers: dict = field(default_factory=dict)
     graph: str = ''             # --record-graph: its jobs (bench/buildgraph.py)
+    btf: str = ''               # vmlinux's .BTF, its SHA-256: variants that must agree
 
 
 def variants_from(specs: list[str], objbtf: str, pahole: str) -> dict[str, list[str]]:
@@ -190,6 +194,18 @@ def configure(integration: Path, src: Path, build: Path, config: str, args: list
     subprocess.run([str(integration / 'configure'), *base, str(src), str(build),
                     *map(str, CONFIGS[config]), *args],
                    check=True, env=clean_env(), stdout=subprocess.DEVNULL)
+
+
+def vmlinux_btf_digest(build: Path) -> str:
+    """The SHA-256 of the build's vmlinux .BTF section ('' without one)."""
+    out = build / '.kbuild-bench.btf'
+    r = subprocess.run(['objcopy', '-O', 'binary', '--only-section=.BTF', str(build / 'vmlinux'),
+                        str(out)], capture_output=True)
+    if r.returncode != 0 or not out.exists():
+        return ''
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    out.unlink()
+    return digest
 
 
 def tree_mb(build: Path) -> float:
@@ -307,7 +323,9 @@ def run(opts, work: Path, records: Path) -> dict:
     objbtf = installed_objbtf(opts.objbtf_tree, work / 'venv')
     env = clean_env(LC_ALL='C')
     resident = server_supported([objbtf], env)
-    variants = variants_from(opts.variant + ([GBTF] if opts.gbtf else []), objbtf, opts.pahole)
+    added = [GBTF] if opts.gbtf else []
+    added += [DROP_DWARF] if opts.drop_dwarf else []
+    variants = variants_from(opts.variant + added, objbtf, opts.pahole)
     if opts.without:
         variants = {name: args for name, args in variants.items() if name not in opts.without}
     if opts.ccache:
@@ -373,7 +391,7 @@ def run(opts, work: Path, records: Path) -> dict:
                             continue
                         b = Build(config, name, step, rnd, turn, round(wall, 3), round(cpu, 3),
                                   round(tree_mb(builds[name]), 1), round(others, 3), load,
-                                  phases, servers, graph)
+                                  phases, servers, graph, vmlinux_btf_digest(builds[name]))
                         print(f'{config} {step} turn {turn} {name}: wall {wall:.1f} s, '
                               f'CPU {cpu:.1f} s, others {others:.1f} s', file=sys.stderr)
                         with open(records, 'a') as f:
@@ -455,6 +473,9 @@ def report(described: dict, builds: list[Build]) -> str:
                 projection.append((step, name, median_phases(runs)))
                 if others > OTHERS_LIMIT:
                     loaded.append(f'{step} {name} ({100 * others:.0f}%)')
+        agreement = btf_agreement(mine, names)
+        if agreement:
+            out += ['', agreement]
         out += ['', 'Can the ratios be trusted (bench/harness.py)?']
         out += [f'  {v}' for v in verdicts] or ['  no ratio: no turn has measured two variants yet']
         out += ['', 'Projected wall s on N CPUs (docs/benchmarks.md), from the medians of each phase: '
@@ -469,6 +490,23 @@ def report(described: dict, builds: list[Build]) -> str:
         out.append('')
     out += [f'variant {r["failed"]} dropped: {r["why"]}' for r in described.get('failed', [])]
     return '\n'.join(out).rstrip()
+
+
+def btf_agreement(builds: list[Build], names: list[str]) -> str:
+    """Which variants made vmlinux's .BTF byte for byte alike ('=' joins
+    them), over all their builds; '' when no build recorded it."""
+    digests = {n: {b.btf for b in builds if b.variant == n and b.btf} for n in names}
+    groups: dict[str, list[str]] = {}
+    varying = []
+    for name in names:
+        if len(digests[name]) == 1:
+            groups.setdefault(next(iter(digests[name])), []).append(name)
+        elif digests[name]:
+            varying.append(f'{name} (not the same in all its builds)')
+    if not groups and not varying:
+        return ''
+    return 'vmlinux .BTF, byte for byte: ' + '; '.join([' = '.join(g) for g in groups.values()]
+                                                      + varying)
 
 
 def med(runs: list[Build], key: str) -> float:
@@ -529,6 +567,9 @@ def main() -> int:
     ap.add_argument('--variant', action='append', default=[], metavar="'NAME=MAKE ARGS'",
                     help='another variant ({objbtf} is the objbtf under test)')
     ap.add_argument('--gbtf', action='store_true', help=f"add the DWARF-less build: --variant '{GBTF}'")
+    ap.add_argument('--drop-dwarf', action='store_true',
+                    help=f"add the DWARF build that drops each object's DWARF once encoded: "
+                         f"--variant '{DROP_DWARF}'")
     ap.add_argument('--ccache', action='store_true',
                     help="every variant with CC='ccache gcc', objbtf with OBJBTF_CACHE_DIR, "
                          'both caches warmed by an untimed build first')
