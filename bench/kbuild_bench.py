@@ -108,9 +108,8 @@ DEFAULT_CONFIGS = ['reference', 'modules']
 STEPS = ('full', 'vmlinux', 'module')
 GBTF = 'gbtf=OBJBTF={objbtf} OBJBTF_GBTF=1'
 DROP_DWARF = 'nodwarf=OBJBTF={objbtf} OBJBTF_DROP_DWARF=1'
-#: Make variables check_variables need not find in Kbuild: the stock
-#: Kbuild's, and those objbtf reads from the environment make puts them in.
-STOCK_VARIABLES = ('PAHOLE', 'CC', 'OBJBTF_DROP_DWARF')
+#: Make variables of the stock Kbuild, which check_variables need not find.
+STOCK_VARIABLES = ('PAHOLE', 'CC')
 PROJECT_CPUS = (8, 32, 64)
 #: Kbuild's quiet output: "  CC      kernel/fork.o", "  LD [M]  drivers/net/veth.ko".
 COMMAND_LINE = re.compile(r'^  [A-Z][A-Z0-9_]*( \[M\])? +\S')
