@@ -49,24 +49,9 @@ sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import Summary, cpu_mark, interleaved, others_share, others_since  # noqa: E402
 from harness import Ratio, doubts, paired_ratio, pahole_version, record  # noqa: E402
 from install import clean_env  # noqa: E402
+from kernel_tree import link_features, make_value, pahole_flags  # noqa: E402
 from saved_commands import first_command  # noqa: E402
 GOALS = {'vmlinux': {'wall': 0.25, 'rss': 0.5}}
-
-
-def make_value(build: Path, variable: str, *args: str) -> str:
-    """A make variable as the tree's Kbuild sets it (Makefile.btf's
-    PAHOLE_FLAGS, read the way gen-btf.sh gets it)."""
-    target = 'objbtf-bench-print'
-    out = subprocess.run(['make', '-s', '-C', str(build), f'-j{len(os.sched_getaffinity(0))}',
-                          *args, f'--eval={target}: ; @echo $({variable})', target],
-                         check=True, capture_output=True, text=True).stdout
-    return out.strip().splitlines()[-1] if out.strip() else ''
-
-
-def objbtf_features(pahole_flags: list[str]) -> str:
-    """gen-btf.sh's objbtf_features: the --btf_features values, joined."""
-    found = [f.split('=', 1)[1] for f in pahole_flags if f.startswith('--btf_features=')]
-    return ','.join(found) or 'default'
 
 
 def sampled_modules(build: Path, count: int) -> list[str]:
@@ -126,15 +111,15 @@ def main() -> int:
         if not (build / needed).exists():
             sys.exit(f'btf_step_bench: {build / needed} is missing: want a 7.x tree built '
                      'with OBJBTF (kbuild-integration)')
-    flags = make_value(build, 'PAHOLE_FLAGS', f'OBJBTF={args.objbtf}').split()
-    features = objbtf_features(flags)
+    flags = pahole_flags(build, args.pahole)
+    features = link_features(build, flags)
     version = pahole_version(args.pahole)
     env = clean_env(OBJBTF_RESIDENT='0')
     with tempfile.TemporaryDirectory(prefix='btf-step.') as tmp:
         work = Path(tmp)
         vmlinux = work / 'vmlinux'
         shutil.copyfile(build / 'vmlinux.unstripped', vmlinux)
-        link = [args.objbtf, 'link', '--btf-features', features, '--quiet', '--objects',
+        link = [args.objbtf, 'link', *features, '--quiet', '--objects',
                 'vmlinux.a', '--cache', str(work / 'cache'), '--types-stamp', str(work / 'types'),
                 '--input-section', '.BTF.objects', '--output', str(work / 'o.BTF'), '.tmp_vmlinux1']
         ours_cmd = ['sh', '-c', f'rm -f {work}/cache {work}/types && exec "$@"', 'sh', *link]
@@ -146,13 +131,13 @@ def main() -> int:
                   f'{len((build / "modules.order").read_text().split())} modules; '
                   f'{args.repeat} turns (pahole, objbtf); the peer: {version} '
                   f'with the tree\'s PAHOLE_FLAGS `{" ".join(flags)}`; objbtf link '
-                  f'--btf-features {features}', '']
+                  f'{shlex.join(features)}', '']
         report += lines_for('vmlinux', ours, theirs, others)
         modules = sampled_modules(build, args.modules)
         linked = {ko: pre_btf_module(build, ko, work / 'modules') for ko in modules}
         if modules:
             index = work / 'index'
-            ours_m = ' && '.join(shlex.join([args.objbtf, 'link', '--btf-features', features,
+            ours_m = ' && '.join(shlex.join([args.objbtf, 'link', *features,
                                              '--quiet', '--objects', ko.removesuffix('.ko') + '.mod',
                                              '--base', 'vmlinux', '--base-index', str(index),
                                              '--output', str(work / 'm.BTF'), str(linked[ko])])

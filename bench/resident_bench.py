@@ -31,8 +31,10 @@ server's start, the first links) on the kept links, and with one pass of
 three links it swamped them.
 The module links' peer, in each round too, as many times as a kept-base
 link: what Makefile.modfinal runs in the stock build, ``pahole -J`` with
-scripts/pahole-flags.sh's flags ``--btf_base vmlinux`` on the stock module
-(``--btf_encode_detached``, so that the module stays as it is).
+the flags the tree's Kbuild gives --pahole (6.1's pahole-flags.sh; from
+6.8 on Makefile.btf's PAHOLE_FLAGS) ``--btf_base vmlinux`` on the module
+(``--btf_encode_detached``, so that the module stays as it is); on a 7.x
+tree objbtf link gets the BTF features gen-btf.sh gives it.
 Appends the figures to bench/RESULTS.md with the command.
 """
 from __future__ import annotations
@@ -51,7 +53,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'testsupport'))
-from kernel_tree import objects, pahole_flags  # noqa: E402
+from kernel_tree import link_features, objects, pahole_flags  # noqa: E402
 from encode_bench import installed_objbtf  # noqa: E402
 from accounting import (  # noqa: E402
     become_subreaper, cpu_mark, others_share, others_since, settle_servers,
@@ -128,9 +130,9 @@ def main() -> int:
                     help="every Mth module of the tree's modules.order (default 1: all)")
     ap.add_argument('--build', type=Path, default=KERNEL, help='kernel O= tree')
     ap.add_argument('--pahole', default='pahole', metavar='PATH',
-                    help="the module links' peer, with the flags the tree's pahole-flags.sh "
-                         'gives its version (default: the installed pahole; the report names '
-                         'its version)')
+                    help="the module links' peer, with the flags the tree's Kbuild gives it "
+                         '(default: the installed pahole; the report names its version; for a '
+                         '7.x tree: the newest, scripts/build-pahole.sh)')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     args = ap.parse_args()
     installed = installed_objbtf()
@@ -143,12 +145,13 @@ def main() -> int:
             if not p.name.endswith('.mod.o')]
     all_modules = tree_modules(args.build)
     modules = all_modules[::args.every_module]
-    links = [['link', '-q', '--objects', f'{m}.mod', '--base', str(args.build / 'vmlinux'),
-              '--base-index', '.btf.vmlinux.index', '-o', 'm.btf', f'{m}.ko'] for m in modules]
+    flags = pahole_flags(args.build, args.pahole)
+    links = [['link', '-q', *link_features(args.build, flags), '--objects', f'{m}.mod',
+              '--base', str(args.build / 'vmlinux'), '--base-index', '.btf.vmlinux.index',
+              '-o', 'm.btf', f'{m}.ko'] for m in modules]
     figures: dict[str, dict[str, list[float]]] = {w: {'encode': [], 'link': [], 'kept': []}
                                                   for w in ways}
     problems: list[str] = []
-    flags = pahole_flags(args.build, args.pahole)
     version = pahole_version(args.pahole)
     pahole: list[float] = []
     become_subreaper()              # the servers' CPU is reaped, and counted as ours

@@ -326,15 +326,21 @@ struct ref_hashes {
 /* named_aggregate's texts, each once: its family (struct, union or enum)
  * and the name, in place in its blob's string section. */
 struct name {
-	const char *text;
+	size_t at;              /* its text in names.texts */
 	uint32_t len, next;     /* next: the name before with the same text hash */
 	uint8_t family;
 };
 
+/* The names are copied, not pointed to: a name met again is compared with
+ * the first one's text, which in the blob would bring that blob's pages
+ * back after the link released them (on a distribution's vmlinux, a
+ * hundred megabytes of them, the link's peak). */
 struct names {
 	struct table by_hash;   /* FNV-1a of family and text -> the last such name */
 	struct name *all;
 	size_t n, cap;
+	char *texts;
+	size_t texts_len, texts_cap;
 };
 
 static inline uint32_t word(const struct part *p, const uint8_t *at)
@@ -357,12 +363,17 @@ static uint32_t name_id(struct names *ns, uint8_t family, const char *text, uint
 	e = table_slot(&ns->by_hash, h);
 	for (uint32_t k = e->value; k != NONE; k = ns->all[k].next)
 		if (ns->all[k].family == family && ns->all[k].len == len
-		    && !memcmp(ns->all[k].text, text, len))
+		    && (!len || !memcmp(ns->texts + ns->all[k].at, text, len)))
 			return k;
-	if (grow((void **)&ns->all, &ns->cap, ns->n + 1, sizeof(*ns->all)))
+	if (grow((void **)&ns->all, &ns->cap, ns->n + 1, sizeof(*ns->all))
+	    || grow((void **)&ns->texts, &ns->texts_cap, ns->texts_len + len, 1))
 		return NONE;
+	if (len)
+		memcpy(ns->texts + ns->texts_len, text, len);
 	id = (uint32_t)ns->n++;
-	ns->all[id] = (struct name){.text = text, .len = len, .next = e->value, .family = family};
+	ns->all[id] = (struct name){.at = ns->texts_len, .len = len, .next = e->value,
+				    .family = family};
+	ns->texts_len += len;
 	if (e->value != NONE)
 		e->value = id;
 	else if (table_add(&ns->by_hash, h, id))
@@ -374,6 +385,7 @@ static void free_names(struct names *ns)
 {
 	PyMem_Free(ns->by_hash.slots);
 	PyMem_Free(ns->all);
+	PyMem_Free(ns->texts);
 }
 
 /* Lists by key, made in two rounds: count, then fill. */

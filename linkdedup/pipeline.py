@@ -165,8 +165,8 @@ class LinkState:
     elf: ElfFile                    # _linked (or whoever runs the passes)
     inputs: Inputs                  # read_pass
     symbols: FromSymbols            # read_pass
-    table: MergedTable              # merge_pass
-    graves: Tombstones              # relocate_pass
+    table: MergedTable              # merge_pass (vmlinux: until dedup_pass)
+    graves: Tombstones              # relocate_pass (vmlinux: until dedup_pass)
     final: Btf                      # dedup_pass
 
     def __init__(self, settings: LinkSettings, *, objects: ObjectList | None = None,
@@ -398,7 +398,10 @@ def dedup_pass(state: LinkState) -> None:
             state.final, state.summary.premapped = split_dedup(
                 state.btf, state.merged, hashes, flags, state.index)
         else:
-            state.final = dedup(state.btf)
+            btf = state.btf
+            _let_go_of_the_inputs(state)
+            state.final = dedup(btf, consume=True)
+            del btf
     except (IndexError, BtfError):
         # A base is read as it is (vmlinux's BTF, checked when linked): only
         # when dedup fails is it checked, to name it if it is to blame.
@@ -408,6 +411,18 @@ def dedup_pass(state: LinkState) -> None:
         raise LinkError(f'{state.settings.base_path}: the base BTF is damaged: {problem}') from None
     _check_final_datasecs(state)
     state.summary.types_out = len(state.final)
+
+
+def _let_go_of_the_inputs(state: LinkState) -> None:
+    """What only the passes before dedup read, let go before vmlinux's
+    dedup, which then makes the final types of the table's own, in place
+    (``consume``): the objects' chunks (a hash and an offset for each of
+    millions of types), the merged table's record of where each type came
+    from, and the duplicates dedup drops.  Otherwise all of it would be in
+    memory with the final types, the link's peak."""
+    state.inputs.chunks = []
+    state.merged = []
+    del state.table, state.graves
 
 
 def _base_problem(base: Btf) -> str | None:
@@ -558,7 +573,8 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
         chunks = [c for c in found if c.has_btf]
         blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
         _check_pairs(path, blobs, chunks)
-        _check_checksums(path, found, blobs)
+        _check_checksums(path, found, blobs,
+                         lambda b: elf.release(sec, b.offset, b.offset + len(b.data)))
         inputs = Inputs(sec, blobs, chunks, len(found) - len(chunks))
     elf.release(sec)
     return inputs
@@ -643,16 +659,23 @@ def _check_pairs(path: str, blobs: list[Blob], chunks: list[Chunk]) -> None:
                         'was some object given .BTF by another tool?')
 
 
-def _check_checksums(path: str, chunks: list[Chunk], blobs: list[Blob]) -> None:
+def _check_checksums(path: str, chunks: list[Chunk], blobs: list[Blob],
+                     release: Callable[[Blob], None]) -> None:
     """Every chunk is the one the encoder wrote for its blob (``chunks``
     in link order, the typeless too; ``blobs`` those of the chunks with
-    types): the link merges by the chunks' hashes, which must not lie."""
-    data = iter(b.data for b in blobs)
+    types): the link merges by the chunks' hashes, which must not lie.
+    Each blob is ``release``d once checked: checking reads every byte of
+    the input section, which would otherwise all be in memory at once, the
+    link's peak (a distribution's vmlinux has hundreds of megabytes)."""
+    blob_of = iter(blobs)
     for chunk in chunks:
-        if not chunk.describes(next(data) if chunk.has_btf else b''):
+        blob = next(blob_of) if chunk.has_btf else None
+        if not chunk.describes(b'' if blob is None else blob.data):
             raise LinkError(f'{path}: the {CHUNK_SECTION} chunk of {chunk.label} (at offset '
                             f'{chunk.position}) does not match its checksum: the object '
                             'changed after objbtf encode wrote it; encode it again')
+        if blob is not None:
+            release(blob)
 
 
 #: The indexed base of this process's last module link, by the base file's

@@ -10,6 +10,7 @@ time) and each module's saved `ld -r`.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -111,9 +112,57 @@ def relink_module(tree: Path, ko: Path) -> None:
     subprocess.run(first_command(ko), cwd=tree, check=True, capture_output=True)
 
 
+#: What auto.conf.cmd says Kconfig read of the integration's variables
+#: (OBJBTF, OBJBTF_GBTF: kbuild-integration) and of pahole's version.
+_KCONFIG_READ = re.compile(r'^ifneq "\$\(((?:OBJBTF|PAHOLE)\w*)\)" "(.*)"$', re.M)
+
+
+def configured_with(build: Path) -> list[str]:
+    """The make arguments (``VAR=value``) of the integration's variables
+    and pahole's version as Kconfig read them when ``build`` was
+    configured: a make in the tree without them, or with other values,
+    configures it again, and its next build rebuilds everything.  Kconfig
+    read OBJBTF as the integration rewrote it (the quick client's command,
+    OBJBTF_COMMAND): given as that, the integration keeps it as it is and
+    asks objbtf nothing."""
+    cmd = build / 'include' / 'config' / 'auto.conf.cmd'
+    text = cmd.read_text() if cmd.exists() else ''
+    found = dict(_KCONFIG_READ.findall(text))
+    if 'OBJBTF' in found:
+        found['OBJBTF_COMMAND'] = found['OBJBTF']
+    return [f'{name}={value}' for name, value in found.items()]
+
+
+def make_value(build: Path, variable: str, *args: str) -> str:
+    """``$(variable)`` as the tree's Kbuild sets it (how gen-btf.sh gets
+    PAHOLE_FLAGS), with the make arguments ``args`` after those the tree
+    was configured with (``configured_with``)."""
+    target = 'objbtf-print-variable'
+    out = subprocess.run(['make', '-s', '-C', str(build), *configured_with(build), *args,
+                          f'--eval={target}: ; @echo $({variable})', target],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    return out.splitlines()[-1] if out else ''
+
+
 def pahole_flags(build: Path, pahole: str = 'pahole') -> list[str]:
-    """What 6.1's scripts/pahole-flags.sh passes to ``pahole`` (by its version)."""
+    """The flags the tree's Kbuild gives ``pahole -J``: 6.1's
+    scripts/pahole-flags.sh asks pahole its version; from 6.8 on,
+    scripts/Makefile.btf sets PAHOLE_FLAGS by the configured version, its
+    ``-j`` as ``make -jN`` with this machine's CPUs gives it."""
     script = build / 'source' / 'scripts' / 'pahole-flags.sh'
+    if not script.exists():
+        return make_value(build, 'PAHOLE_FLAGS', f'PAHOLE={pahole}',
+                          f'-j{len(os.sched_getaffinity(0))}').split()
     out = subprocess.run(['sh', str(script)], env=dict(os.environ, PAHOLE=pahole),
                          check=True, capture_output=True, text=True).stdout
     return out.split()
+
+
+def link_features(build: Path, pahole_flags: list[str]) -> list[str]:
+    """The ``objbtf link`` arguments that choose the features the tree's
+    Kbuild gives it: on 7.x, gen-btf.sh's, the --btf_features lists of
+    PAHOLE_FLAGS joined; on 6.x, none (objbtf's defaults)."""
+    if not (build / 'source' / 'scripts' / 'gen-btf.sh').exists():
+        return []
+    found = [f.split('=', 1)[1] for f in pahole_flags if f.startswith('--btf_features=')]
+    return ['--btf-features', ','.join(found) or 'default']

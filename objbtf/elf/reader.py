@@ -56,6 +56,9 @@ LAYOUTS = {(bits, order): Layout(bits, order)
            for bits in (32, 64) for order in ('little', 'big')}
 
 
+#: What Linux maps around a page a read faults in (fault_around_bytes):
+#: ``ElfFile.release`` drops whole windows of it.
+_FAULT_AROUND = 1 << 16
 #: The largest section alignment objbtf reads: a kernel's sections ask for
 #: a page at the most, and a rewrite honours what they ask.
 MAX_ALIGN = 1 << 24
@@ -305,13 +308,17 @@ class ElfFile:
     def release(self, sec: Section, start: int = 0, end: int | None = None) -> None:
         """Done reading bytes ``start:end`` of ``sec`` for now: their pages
         leave this process's memory (they stay in the page cache, and come
-        back if read again).  The link reads a vmlinux's tens of megabytes of
-        per-object BTF piece by piece and would otherwise keep it all."""
+        back if read again).  The link reads a vmlinux's hundreds of
+        megabytes of per-object BTF piece by piece and would otherwise keep
+        it all.  A read maps the pages around the one it faults in too
+        (Linux's fault-around, 64 KB), those of the bytes beside these
+        among them, so the whole 64 KB windows the range touches go: what
+        of them is read again comes back from the page cache."""
         if self._mmap is None:
             return
         end = sec.size if end is None else end
-        first = -(-(sec.offset + start) // mmap.PAGESIZE) * mmap.PAGESIZE
-        last = (sec.offset + end) // mmap.PAGESIZE * mmap.PAGESIZE
+        first = (sec.offset + start) // _FAULT_AROUND * _FAULT_AROUND
+        last = min(-(-(sec.offset + end) // _FAULT_AROUND) * _FAULT_AROUND, len(self._mmap))
         if last > first:
             self._mmap.madvise(mmap.MADV_DONTNEED, first, last - first)
 

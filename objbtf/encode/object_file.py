@@ -35,8 +35,9 @@ def encode_path(path: str, features: Features, cache: EncodeCache | None = None,
     The kernel rejects BTF without types, so such an object (C without
     DWARF, assembly without function symbols) gets no .BTF, only the
     .BTF.objbtf chunk that names it (see ``write_typeless_chunk``), and
-    loses the .BTF and .rela.BTF an earlier encode left.  The chunk records ``path`` as given:
-    the link compares it with the objects a build lists.
+    loses the .BTF and .rela.BTF an earlier encode left.  The chunk
+    records ``path`` as given: the link compares it with the objects a
+    build lists.
     """
     for attempt in range(RETRIES):
         try:
