@@ -62,7 +62,7 @@ them warm.
 
 With --record-graph every make runs with bench/jobrec.c as its SHELL,
 which logs each recipe line (and objbtf's commands within them), and
-WORK/logs/*.graph.jsonl.gz gets its graph, named in the build's record, for
+WORK/logs/DATE-*.graph.jsonl.gz gets its graph, named in the build's record, for
 bench/replay.py (docs/benchmarks.md); the recorder adds about 1.5 ms a job
 to each build's wall and CPU (buildgraph.py --overhead).
 
@@ -357,6 +357,9 @@ def run(opts, work: Path, records: Path) -> dict:
                  'record_graph': opts.record_graph}
     records.write_text(json.dumps({'run': described}) + '\n')
     (work / 'logs').mkdir(exist_ok=True)
+    # Named by the run too: another run's builds would overwrite its logs and
+    # graphs, and a replay of both runs copied into one folder finds each.
+    stamp = records.stem.removeprefix('records-')
     names = list(variants)
     failed: set[str] = set()
     if opts.ccache:
@@ -374,7 +377,8 @@ def run(opts, work: Path, records: Path) -> dict:
                     else:
                         os.utime(src / (opts.touch if step == 'vmlinux' else opts.touch_module))
                     for name in turn_order(names, turn):
-                        log = work / 'logs' / f'{opts.source}-{config}-{step}-{turn}-{name}.log'
+                        log = (work / 'logs'
+                               / f'{stamp}-{opts.source}-{config}-{step}-{turn}-{name}.log')
                         if name in failed:
                             continue
                         load = os.getloadavg()[0]

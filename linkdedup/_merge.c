@@ -324,7 +324,7 @@ struct ref_hashes {
 };
 
 /* named_aggregate's texts, each once: its family (struct, union or enum)
- * and the name, in place in its blob's string section. */
+ * and where the name's copy is in names.texts. */
 struct name {
 	size_t at;              /* its text in names.texts */
 	uint32_t len, next;     /* next: the name before with the same text hash */
