@@ -32,7 +32,7 @@ from objbtf.elf.reader import ElfFile, Section
 from objbtf.elf.writer import write_atomically
 from objbtf.source_digest import source_digest
 
-from .concat import Blob
+from .concat import Blob, datasecs
 from .datasec import misplaced
 from .kfuncs import Kfuncs
 from .relocate import Field, place_fields, section_offsets
@@ -79,7 +79,7 @@ def describe_datasecs(final: Btf, type_offsets: list[int], layout: list[list[Fie
                       header_len: int) -> list[CachedDatasec] | None:
     """The final DATASECs with their fields (``layout``, in order), or None
     when the final BTF does not end with them as the link laid them out."""
-    found = [(i, t) for i, t in final.own() if t.kind is Kind.DATASEC]
+    found = datasecs(final)
     if len(found) != len(layout):
         return None
     out = []
@@ -99,6 +99,16 @@ def store(path: str, key: bytes, link: CachedLink) -> None:
                       separators=(',', ':')).encode()
     crc = zlib.crc32(link.raw, zlib.crc32(meta))
     write_atomically(path, [MAGIC, key, struct.pack('<II', crc, len(meta)), meta, link.raw])
+
+
+def holds_a_link(path: str) -> bool:
+    """Whether ``path`` begins as a cached link does (``load`` says if it
+    is the one wanted)."""
+    try:
+        with open(path, 'rb') as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def load(path: str, key: bytes) -> CachedLink | None:

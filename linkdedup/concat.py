@@ -80,4 +80,6 @@ def canonical_order(blobs: list[Blob], chunks: list) -> list[Blob]:
 
 
 def datasecs(btf: Btf) -> list[tuple[int, BtfType]]:
-    return [(i, t) for i, t in btf.own() if t.kind is Kind.DATASEC]
+    """Every DATASEC of ``btf``'s own, with its id."""
+    datasec = Kind.DATASEC        # (the enum's attribute, looked up once)
+    return [(i, t) for i, t in btf.own() if t.kind is datasec]

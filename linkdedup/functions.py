@@ -160,18 +160,17 @@ def _drop(btf: Btf, funcs: set[int], graves: Tombstones) -> None:
     if not funcs:
         return
     doomed_protos = {btf[f].type for f in funcs}
-    kept: set[int] = set()        # doomed prototypes that kept types still use
+    used: list[int] = []          # what the kept types refer to
     tag = Kind.DECL_TAG
     for type_id, t in btf.own():
         if type_id in funcs:
             continue
-        if t.kind is tag and t.type in funcs:
+        kind = t.kind
+        if kind is tag and t.type in funcs:
             graves.bury(type_id)
-            continue
-        if t.kind in _LEAF:
-            continue
-        kept.update(r for r in t.refs() if r in doomed_protos)
+        elif kind not in _LEAF:
+            used += t.refs()
     for f in funcs:
         graves.bury(f)
-    for p in doomed_protos - kept:
+    for p in doomed_protos.difference(used):
         graves.bury(p)

@@ -90,45 +90,59 @@ class KfuncReport:
         self.missing = missing or []
 
 
-def find_kfuncs(elf: ElfFile, base_marks: Callable[[], bool | None] | None = None) -> Kfuncs:
-    """The kfuncs ``elf``'s ``.BTF_ids`` lists; {} without that section.
+class BtfIds:
+    """A linked file's ``.BTF_ids``: its symbols, and its set8s with their
+    flags, read once for the kfuncs and for ``marks_sets``."""
+
+    def __init__(self, elf: ElfFile, sec: Section):
+        self.words = _Words(elf, sec)
+        self.symbols = elf.section_symbols(sec)
+        self.sets = [(s, self.words.flags(s)) for s in self.symbols
+                     if s.name.startswith(SET8_PREFIX)]
+
+    @classmethod
+    def read(cls, elf: ElfFile) -> BtfIds | None:
+        """``elf``'s, or None without the section."""
+        sec = elf.section_by_name(BTF_IDS)
+        return None if sec is None else cls(elf, sec)
+
+    def marks_sets(self) -> bool | None:
+        """Whether the kernel marks its kfunc sets ``BTF_SET8_KFUNCS`` (6.9
+        on); None if it cannot say, without a set8."""
+        return any(flags & SET8_KFUNCS for _, flags in self.sets) if self.sets else None
+
+
+def find_kfuncs(ids: BtfIds | None,
+                base_marks: Callable[[], bool | None] | None = None) -> Kfuncs:
+    """The kfuncs the ``.BTF_ids`` ``ids`` lists; {} without that section.
     ``base_marks`` (for a module): whether its kernel marks its kfunc sets,
     asked only when the module's own set8s do not say."""
-    sec = elf.section_by_name(BTF_IDS)
-    if sec is None:
+    if ids is None:
         return {}
-    ids = _Words(elf, sec)
-    symbols = elf.section_symbols(sec)
-    sets = [(s, ids.flags(s)) for s in symbols if s.name.startswith(SET8_PREFIX)]
-    marked = any(flags & SET8_KFUNCS for _, flags in sets)
-    if sets and not marked and base_marks is not None:
+    marked = bool(ids.marks_sets())
+    if ids.sets and not marked and base_marks is not None:
         marked = base_marks() is not False
-    ranges = [(s.value, s.value + s.size) for s, flags in sets
+    ranges = [(s.value, s.value + s.size) for s, flags in ids.sets
               if flags & SET8_KFUNCS or not marked]
     flags_of: dict[str, int] = {}
-    for s in symbols:
+    for s in ids.symbols:
         name = func_name(s.name)
         if name is not None and any(start <= s.value < end for start, end in ranges):
-            flags_of[name] = flags_of.get(name, 0) | ids.flags(s)
+            flags_of[name] = flags_of.get(name, 0) | ids.words.flags(s)
     return {name: Kfunc(_tags(flags, marked), flags & KF_ARENA if marked else 0)
             for name, flags in flags_of.items()}
 
 
 def kernel_marks_sets(path: str) -> bool | None:
-    """Whether the kernel ``path`` (vmlinux) marks its kfunc sets
-    ``BTF_SET8_KFUNCS`` (6.9 on); None if it cannot say: no ELF file (a raw
-    BTF base), no ``.BTF_ids`` or no set8 in it."""
+    """``BtfIds.marks_sets`` of the kernel ``path`` (vmlinux); None if it
+    cannot say: no ELF file (a raw BTF base), no ``.BTF_ids`` or no set8
+    in it."""
     try:
         with ElfFile.open(path) as elf:
-            sec = elf.section_by_name(BTF_IDS)
-            if sec is None:
-                return None
-            ids = _Words(elf, sec)
-            flags = [ids.flags(s) for s in elf.section_symbols(sec)
-                     if s.name.startswith(SET8_PREFIX)]
+            ids = BtfIds.read(elf)
+            return None if ids is None else ids.marks_sets()
     except (OSError, ElfError):
         return None
-    return any(f & SET8_KFUNCS for f in flags) if flags else None
 
 
 def func_name(symbol: str) -> str | None:
@@ -189,8 +203,8 @@ def tag_kfuncs(btf: Btf, kfuncs: Kfuncs, attributes: bool = False) -> KfuncRepor
     """Add the DECL_TAGs of ``kfuncs`` to every FUNC of their names, and with
     ``attributes`` their arena attributes; the functions pass has run, so a
     dropped function has no FUNC left to tag."""
-    funcs = [(type_id, t.name) for type_id, t in btf.own()
-             if t.kind is Kind.FUNC and t.name in kfuncs]
+    func = Kind.FUNC
+    funcs = [(type_id, t.name) for type_id, t in btf.own() if t.kind is func and t.name in kfuncs]
     for type_id, name in funcs:
         if attributes and kfuncs[name].arena:
             _mark_arena_pointers(btf, btf[type_id], kfuncs[name].arena)

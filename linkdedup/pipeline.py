@@ -36,7 +36,7 @@ from .datasec import misplaced, rebuild_datasecs
 from .distill import DistillError, distill
 from .emit import emit
 from .functions import STT_FUNC, FunctionReport, ambiguous_names, check_functions, merged_facts
-from .kfuncs import KfuncReport, Kfuncs, find_kfuncs, kernel_marks_sets, tag_kfuncs
+from .kfuncs import BtfIds, KfuncReport, Kfuncs, find_kfuncs, kernel_marks_sets, tag_kfuncs
 from .merge import MergedTable, merge_blobs
 from .objects import ObjectList, ObjectsError, refuse_foreign
 from .premap import split_dedup
@@ -45,7 +45,13 @@ from .relocate import Field, Fields, Placements, entry_fields, place_variables
 from .settings import LinkSettings
 from .split_vars import split_variables
 from .tombstone import Tombstones
-from .workers import default_jobs, run_sharded
+from .workers import Background, default_jobs, run_sharded
+
+#: The input section's size from which the link checks the checksums and
+#: reads the symbols in a process of its own while it merges the types
+#: (``Beside``): vmlinux's, never a module's, whose link is over before a
+#: fork would pay for itself.
+_BESIDE_FROM = 16 << 20
 
 
 class LinkError(ObjbtfError):
@@ -164,7 +170,7 @@ class LinkState:
 
     elf: ElfFile                    # _linked (or whoever runs the passes)
     inputs: Inputs                  # read_pass
-    symbols: FromSymbols            # read_pass
+    beside: Background[Beside]      # read_pass
     table: MergedTable              # merge_pass (vmlinux: until dedup_pass)
     graves: Tombstones              # relocate_pass (vmlinux: until dedup_pass)
     final: Btf                      # dedup_pass
@@ -179,12 +185,12 @@ class LinkState:
         self.summary = Summary()
         self.base: Btf | None = None
         self.index: BaseIndex | None = None
-        self.cache_key: bytes | None = None
         self.merged: list[BtfType] = []     # the table's types as merging made them
         self.fields: Fields = {}
         self.placed: Placements = {}
         self.layout: list[list[Field]] = []
         self.raw: bytes | None = None       # encode_pass, or replay_pass from the cache
+        self.may_replay = False             # read_pass: --cache names a file that holds a link
         self.distilled: bytes | None = None  # distill_pass: the module's .BTF.base
 
     @property
@@ -198,6 +204,11 @@ class LinkState:
     def btf(self) -> Btf:
         """The table the passes before dedup work on."""
         return self.table.btf
+
+    @property
+    def symbols(self) -> FromSymbols:
+        """What the passes take from symbols, once ``beside`` has it."""
+        return self.beside.result().symbols
 
 
 def link(settings: LinkSettings) -> Summary:
@@ -248,10 +259,20 @@ def _linked(state: LinkState) -> Summary:
 
 def run_passes(state: LinkState, passes: tuple) -> None:
     """Each pass in turn; once a pass has the final bytes (the cache
-    replayed the link), only ``FINISH`` follows."""
-    for each in passes:
-        if state.raw is None or each in FINISH:
-            each(state)
+    replayed the link), only ``FINISH`` follows.  A pass that fails while
+    ``beside`` works gives way to what it found, which a link in one
+    process would have found first."""
+    try:
+        for each in passes:
+            if state.raw is None or each in FINISH:
+                each(state)
+    except Exception:
+        if hasattr(state, 'beside'):
+            state.beside.result()
+        raise
+    finally:
+        if hasattr(state, 'beside'):
+            state.beside.abandon()
 
 
 def read_pass(state: LinkState) -> None:
@@ -262,7 +283,21 @@ def read_pass(state: LinkState) -> None:
     state.summary.typeless = state.inputs.typeless
     if state.settings.base_path is None:
         _count_compiler_btf(state.summary, state.inputs.chunks)
-    state.symbols = FromSymbols(state.elf, state.settings.features, state.settings.base_path)
+    settings, inputs = state.settings, state.inputs
+    state.may_replay = settings.cache is not None and link_cache.holds_a_link(settings.cache)
+    alone = state.jobs > 1 and inputs.section.size >= _BESIDE_FROM
+    # A link the cache may replay waits for the key at once: meanwhile,
+    # the checksums are checked here (and, failing, say so first).
+    here = alone and state.may_replay
+    beside = Background(partial(Beside, state.elf, settings, inputs, checksums=not here),
+                        fork=alone)
+    if here:
+        try:
+            inputs.check_checksums(state.elf, settings.file)
+        except LinkError:
+            beside.abandon()
+            raise
+    state.beside = beside
 
 
 def _count_compiler_btf(summary: Summary, chunks: list[Chunk]) -> None:
@@ -276,13 +311,13 @@ def _count_compiler_btf(summary: Summary, chunks: list[Chunk]) -> None:
 
 def replay_pass(state: LinkState) -> None:
     """With ``--cache``: the final BTF of the last link, if its objects'
-    types were these (``cache``)."""
-    if state.settings.cache is None:
+    types were these (``cache``).  Only a file that holds a link waits
+    for the key (``beside``)."""
+    if not state.may_replay:
         return
-    state.cache_key = link_cache.cache_key(state.inputs.chunks, state.symbols.ambiguous,
-                                           state.symbols.kfuncs, state.settings.features.names(),
-                                           state.settings.input_section)
-    cached = link_cache.load(state.settings.cache, state.cache_key)
+    key = state.beside.result().cache_key
+    assert key is not None
+    cached = link_cache.load(state.settings.cache, key)
     if cached is None:
         return
     state.raw = link_cache.replay(cached, state.elf, state.inputs.section, state.inputs.blobs)
@@ -480,11 +515,12 @@ def encode_pass(state: LinkState) -> None:
                             'off: encode the objects with --btf-features default,global_var')
         write_atomically(state.settings.split_vars, [split_raw])
         state.summary.split = f'{moved} variables to {state.settings.split_vars}'
-    if state.settings.cache is not None and state.cache_key is not None:   # replay_pass made it
+    key = state.beside.result().cache_key
+    if key is not None:
         datasecs = link_cache.describe_datasecs(state.final, offsets, state.layout,
                                                 BTF_HEADER_LEN)
         if datasecs is not None:
-            link_cache.store(state.settings.cache, state.cache_key,
+            link_cache.store(state.settings.cache, key,
                              link_cache.CachedLink(raw, datasecs, state.summary.cacheable()))
     state.raw = raw
 
@@ -508,7 +544,8 @@ def stamp_pass(state: LinkState) -> None:
     """Pass 12: with ``--types-stamp``, that file rewritten if the types
     modules depend on changed (``stamp``)."""
     if state.settings.types_stamp is not None:
-        stamp.stamp_types(state.settings.types_stamp, state.raw_bytes, state.settings.file)
+        stamp.stamp_types(state.settings.types_stamp, state.raw_bytes,
+                          state.symbols.marks_sets)
 
 
 #: The passes before dedup: what libbpf's dedup would be given.
@@ -521,37 +558,74 @@ LINK = (read_pass, replay_pass, *PREPARE, dedup_pass, distill_pass, encode_pass,
 
 class FromSymbols:
     """What the passes take from the linked file's symbols: the function
-    names at several addresses (functions pass) and, with
-    ``decl_tag_kfuncs`` and ``decl_tag`` (pahole needs both), the kfuncs of
-    ``.BTF_ids`` (kfuncs pass); a module (``base_path``) may ask vmlinux
-    whether its kernel marks kfunc sets (kfuncs.py)."""
+    names at several addresses (functions pass); with ``decl_tag_kfuncs``
+    and ``decl_tag`` (pahole needs both), the kfuncs of ``.BTF_ids``
+    (kfuncs pass), for which a module (``base_path``) may ask vmlinux
+    whether its kernel marks kfunc sets (kfuncs.py); and whether this
+    file marks them (``--types-stamp``), None if it cannot say."""
 
     def __init__(self, elf: ElfFile, features: Features, base_path: str | None = None):
         self.ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
         tag = features.decl_tag_kfuncs and features.decl_tag
+        try:
+            ids = BtfIds.read(elf)
+        except ElfError:
+            if tag:
+                raise
+            ids = None
         base_marks = (lambda: kernel_marks_sets(base_path)) if base_path else None
-        self.kfuncs: Kfuncs = find_kfuncs(elf, base_marks) if tag else {}
+        self.kfuncs: Kfuncs = find_kfuncs(ids, base_marks) if tag else {}
+        self.marks_sets = None if ids is None else ids.marks_sets()
+
+
+class Beside:
+    """What the link learns from the file beside the objects' types: that
+    every chunk read from it is the one its object's encoder wrote (the
+    checksums), what the passes take from its symbols, and, with
+    ``--cache``, the link's key.  None of it waits for the types, nor they
+    for it until the functions pass: for vmlinux, a process of its own
+    does it while this one merges the types (``read_pass``)."""
+
+    def __init__(self, elf: ElfFile, settings: LinkSettings, inputs: Inputs,
+                 checksums: bool = True):
+        if checksums:
+            inputs.check_checksums(elf, settings.file)
+        self.symbols = FromSymbols(elf, settings.features, settings.base_path)
+        self.cache_key = None if settings.cache is None else link_cache.cache_key(
+            inputs.chunks, self.symbols.ambiguous, self.symbols.kfuncs,
+            settings.features.names(), settings.input_section)
 
 
 class Inputs:
     """What ld concatenated: the input section, and its blobs and their
     ``.BTF.objbtf`` chunks (read from the file, or made by ``rehash.py``),
-    in merge order."""
+    in merge order; and, in link order, the chunks read from the file
+    (those without types too) with the blobs of those with types, whose
+    checksums ``Beside`` checks."""
 
     def __init__(self, section: Section, blobs: list[Blob], chunks: list[Chunk],
-                 typeless: int = 0):
+                 typeless: int = 0, unchecked: list[Chunk] | None = None):
         self.section = section
         self.typeless = typeless      # objects that went through objbtf without types
+        self.linked_blobs = blobs
+        self.unchecked = unchecked or []
         self.blobs = canonical_order(blobs, chunks)
         self.chunks = [chunks[b.index] for b in self.blobs]
+
+    def check_checksums(self, elf: ElfFile, path: str) -> None:
+        """``_check_checksums`` of the chunks read from ``path``, open as ``elf``."""
+        if self.unchecked:
+            _check_checksums(path, self.unchecked, self.linked_blobs,
+                             lambda b: elf.release(self.section, b.offset, b.offset + len(b.data)))
 
 
 def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
                 objects: ObjectList | None = None, jobs: int = 1,
                 merge: bool = True) -> Inputs:
     """The blobs of ``section`` and their chunks, checked against each other
-    and against ``objects``; chunks the file lacks are made by ``jobs``
-    processes.  ``merge=False`` gives chunks that merge no type."""
+    and against ``objects`` (their checksums: ``Beside``); chunks the file
+    lacks are made by ``jobs`` processes.  ``merge=False`` gives chunks
+    that merge no type."""
     sec = elf.section_by_name(section)
     if sec is None or sec.size == 0:
         raise LinkError(f'{path}: no {section} section: were the objects encoded '
@@ -573,9 +647,7 @@ def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,
         chunks = [c for c in found if c.has_btf]
         blobs = split_blobs(elf.section_view(sec), [c.label for c in chunks])
         _check_pairs(path, blobs, chunks)
-        _check_checksums(path, found, blobs,
-                         lambda b: elf.release(sec, b.offset, b.offset + len(b.data)))
-        inputs = Inputs(sec, blobs, chunks, len(found) - len(chunks))
+        inputs = Inputs(sec, blobs, chunks, len(found) - len(chunks), unchecked=found)
     elf.release(sec)
     return inputs
 

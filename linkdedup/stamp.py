@@ -11,7 +11,7 @@ is linked with its BTF, so that would relink every module.
 ``objbtf link --types-stamp FILE`` writes a digest of the output BTF with
 the DATASECs' sizes and entries left out (where the variables are, and in
 which order), and of the one other fact a module link reads from vmlinux
-(whether it marks kfunc sets, ``kfuncs.kernel_marks_sets``); it leaves
+(whether it marks kfunc sets, ``kfuncs.BtfIds.marks_sets``); it leaves
 FILE as it is, its time included, when the digest is the one already
 there.  Kbuild's modules then depend on FILE instead of vmlinux: a relink
 that changed no type relinks no module, and the modules' BTF, made
@@ -28,10 +28,15 @@ from objbtf.btf.header import BtfHeader
 from objbtf.btf.kinds import KINDS, TYPE_HEAD_LEN, Kind
 from objbtf.elf.writer import write_atomically
 
-from .kfuncs import kernel_marks_sets
-
 _DATASEC = int(Kind.DATASEC)
 _HEAD = TYPE_HEAD_LEN // 4
+# Each kind's record in 32-bit words, by kind number: the head and fixed
+# part, and per entry (``KindInfo.extra_len``, unrolled for the walk below
+# over every type of vmlinux).  The link checked its output: no kind here
+# is unknown.
+_FIXED_WORDS = [_HEAD + (k.fixed_len // 4 if k else 0) for k in KINDS.by_number]
+_ENTRY_WORDS = [k.entry_len // 4 if k and k.has_vlen and k.extra_len(1) != k.extra_len(0)
+                else 0 for k in KINDS.by_number]
 
 
 def types_digest(raw: bytes, marks_sets: bool | None) -> str:
@@ -43,13 +48,12 @@ def types_digest(raw: bytes, marks_sets: bool | None) -> str:
     words = array('I', raw[start:start + h.type_len])
     if h.order != sys.byteorder:
         words.byteswap()
+    fixed, per_entry = _FIXED_WORDS, _ENTRY_WORDS
     w, end = 0, len(words)
     while w < end:
         info = words[w + 1]
         number = (info >> 24) & 0x1f
-        kind = KINDS.by_number[number]
-        assert kind is not None         # the link's own output, which it checked
-        after = w + _HEAD + kind.extra_len(info & 0xffff) // 4
+        after = w + fixed[number] + per_entry[number] * (info & 0xffff)
         if number == _DATASEC:
             words[w + 2] = 0
             words[w + _HEAD:after] = array('I', bytes(4 * (after - w - _HEAD)))
@@ -62,10 +66,11 @@ def types_digest(raw: bytes, marks_sets: bool | None) -> str:
     return digest.hexdigest()
 
 
-def stamp_types(path: str, raw: bytes, linked: str) -> None:
-    """Write ``path`` for the output BTF ``raw`` of the link of ``linked``,
-    unless it holds that digest already."""
-    line = f'{types_digest(raw, kernel_marks_sets(linked))}\n'.encode()
+def stamp_types(path: str, raw: bytes, marks_sets: bool | None) -> None:
+    """Write ``path`` for the output BTF ``raw`` of a link of a vmlinux that
+    ``marks_sets`` (``kfuncs.BtfIds.marks_sets``), unless it holds that digest
+    already."""
+    line = f'{types_digest(raw, marks_sets)}\n'.encode()
     try:
         with open(path, 'rb') as f:
             if f.read() == line:

@@ -1,4 +1,5 @@
-"""``-j``: work over the link's blobs, shared among forked processes.
+"""``-j``: work over the link's blobs, shared among forked processes, and
+work beside the link's own (``Background``).
 
 The workers are forked, so each starts with what the link has already read
 (the mapped file, its blobs and chunks) without copying or pickling any of
@@ -13,7 +14,8 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 from objbtf.errors import ObjbtfError
 
@@ -62,7 +64,7 @@ def run_sharded(task: Callable[[range], T], sizes: Sequence[int], jobs: int,
     pending: list[tuple[int, int]] = []
     try:
         for r in parts[1:]:
-            pending.append(_fork(task, r))
+            pending.append(_fork(partial(task, r)))
         results = [task(parts[0])]
         while pending:
             results.append(_collect(*pending.pop(0)))
@@ -72,8 +74,41 @@ def run_sharded(task: Callable[[range], T], sizes: Sequence[int], jobs: int,
     return results
 
 
-def _fork(task: Callable[[range], T], shard: range) -> tuple[int, int]:
-    """A process that runs ``task(shard)`` and writes (ok, result or
+class Background(Generic[T]):
+    """``task()`` in a forked process while this one goes on with other
+    work; ``result()`` waits for what it returned (or raises what it
+    raised), ``abandon()`` stops it if its result is not wanted.  Without
+    ``fork`` (or fork), ``task()`` runs here and now."""
+
+    def __init__(self, task: Callable[[], T], fork: bool = True):
+        self._pending: tuple[int, int] | None = None
+        self._value: tuple[bool, Any] | None = None
+        if fork and hasattr(os, 'fork'):
+            self._pending = _fork(task)
+        else:
+            self._value = True, task()
+
+    def result(self) -> T:
+        if self._value is None:
+            assert self._pending is not None
+            pending, self._pending = self._pending, None
+            try:
+                self._value = True, _collect(*pending)
+            except Exception as err:
+                self._value = False, err
+        ok, value = self._value
+        if not ok:
+            raise value
+        return value
+
+    def abandon(self) -> None:
+        if self._pending is not None:
+            _abandon(*self._pending)
+            self._pending = None
+
+
+def _fork(task: Callable[[], T]) -> tuple[int, int]:
+    """A process that runs ``task()`` and writes (ok, result or
     exception) to the pipe whose reading end is returned with its pid."""
     r, w = os.pipe()
     try:
@@ -90,7 +125,7 @@ def _fork(task: Callable[[range], T], shard: range) -> tuple[int, int]:
         os.close(r)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
-            payload = pickle.dumps((True, task(shard)), pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((True, task()), pickle.HIGHEST_PROTOCOL)
         except Exception as err:          # raised in the parent
             payload = pickle.dumps((False, _picklable(err)), pickle.HIGHEST_PROTOCOL)
         with os.fdopen(w, 'wb') as out:

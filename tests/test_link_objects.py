@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, need, objbtf, run
 
+from linkdedup import pipeline
 from linkdedup.archive import thin_member_paths
+from linkdedup.settings import LinkSettings
 from objbtf.btf import parse_btf
 from objbtf.btf.hashing import HASH_SCHEME, type_hashes
 from objbtf.btf.chunk import SECTION, VERSION, encode_chunk, split_chunks
 from objbtf.btf.writer import type_offsets
 from objbtf.elf.reader import ElfFile
+from objbtf.features import Features
 
 UNITS = FIXTURES / 'dedup'
 NAMES = ('unit_a', 'unit_b', 'unit_c', 'unit_d')
@@ -292,21 +295,87 @@ def test_corrupt_blob_header_names_the_object(tmp_path, encoded):
     assert f'the BTF of {encoded[1]} (blob 2 at offset' in r.stderr
 
 
-def test_corrupt_types_name_the_object(tmp_path, encoded):
-    """Every type's kind made unknown in unit_b.o's blob: its chunk's
-    checksum no longer matches, which names it."""
-    path = tmp_path / 'unit_b.o'
+def make_kinds_unknown(path: Path) -> None:
+    """Every type's kind in ``path``'s blob made 31, which BTF has not."""
     offset, raw, order = section(path, '.BTF')
     _, data, _ = section(path, SECTION)
     [chunk] = split_chunks(data, order)
     hdr_len, type_off = struct.unpack_from(('<' if order == 'little' else '>') + 'II', raw, 4)
     for type_offset in chunk.offsets:
         info = offset + hdr_len + type_off + type_offset + 4 + (3 if order == 'little' else 0)
-        patch_file(path, info, bytes([0x1f]))                       # kind 31, the top byte
+        patch_file(path, info, bytes([0x1f]))                       # the top byte
+
+
+def test_corrupt_types_name_the_object(tmp_path, encoded):
+    """Every type's kind made unknown in unit_b.o's blob: its chunk's
+    checksum no longer matches, which names it."""
+    make_kinds_unknown(tmp_path / 'unit_b.o')
     r = link(tmp_path, ld_r(tmp_path, encoded))
     assert r.returncode == 1 and 'Traceback' not in r.stderr
     assert 'the .BTF.objbtf chunk of unit_b.o (at offset ' in r.stderr
     assert 'does not match its checksum' in r.stderr and 'encode it again' in r.stderr
+
+
+class FromSymbolsHere(pipeline.FromSymbols):
+    """``FromSymbols`` that says which process read them, when it comes
+    back from another."""
+    came_from: list[int] = []
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.pid = os.getpid()
+
+    def __setstate__(self, state: dict) -> None:
+        self.came_from.append(state['pid'])
+        self.__dict__.update(state)
+
+
+@pytest.fixture
+def beside_always(monkeypatch):
+    """Every link checks its checksums and reads its symbols in a process
+    of its own while it merges the types, as vmlinux's link does."""
+    monkeypatch.setattr(pipeline, '_BESIDE_FROM', 0)
+    monkeypatch.setattr(pipeline, 'FromSymbols', FromSymbolsHere)
+    FromSymbolsHere.came_from = []
+
+
+def link_beside(tmp_path: Path, linked: str, **settings) -> pipeline.Summary:
+    """``linked`` linked in this process, with two jobs, into out.btf."""
+    return pipeline.link(LinkSettings(str(tmp_path / linked), Features(), jobs=2, quiet=True,
+                                      output=str(tmp_path / 'out.btf'), **settings))
+
+
+def test_the_checks_beside_the_types_give_the_same_link(tmp_path, encoded, beside_always):
+    """Read in another process while the types merge, the symbols give
+    the link made in one; with --cache, the key made there replays it."""
+    linked = ld_r(tmp_path, encoded)
+    assert link(tmp_path, linked).returncode == 0
+    alone = (tmp_path / 'out.btf').read_bytes()
+    cache = str(tmp_path / 'cache')
+    first = link_beside(tmp_path, linked, cache=cache)
+    assert (tmp_path / 'out.btf').read_bytes() == alone and not first.replayed
+    again = link_beside(tmp_path, linked, cache=cache)
+    assert (tmp_path / 'out.btf').read_bytes() == alone and again.replayed
+    assert len(FromSymbolsHere.came_from) == 2
+    assert os.getpid() not in FromSymbolsHere.came_from
+
+
+@pytest.mark.parametrize('cached', [False, True], ids=['merged', 'cached'])
+def test_a_checksum_found_wrong_beside_the_merge_is_the_error(tmp_path, encoded,
+                                                               beside_always, cached):
+    """Whatever the merge makes of a blob changed after its encode, the
+    link says what a link in one process says: its checksum is wrong.  A
+    link the cache holds (its key is the chunks', which did not change) is
+    not replayed: the link waits for the key beside, and checks the
+    checksums meanwhile."""
+    cache = str(tmp_path / 'cache')
+    if cached:
+        link_beside(tmp_path, ld_r(tmp_path, encoded), cache=cache)
+        (tmp_path / 'out.btf').unlink()
+    make_kinds_unknown(tmp_path / encoded[1])
+    with pytest.raises(pipeline.LinkError, match=f'chunk of {encoded[1]} .* does not match'):
+        link_beside(tmp_path, ld_r(tmp_path, encoded), cache=cache)
+    assert not (tmp_path / 'out.btf').exists()
 
 
 def test_missing_relocation_names_the_object(tmp_path, encoded):

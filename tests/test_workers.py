@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from linkdedup.workers import WorkerError, run_sharded, shards
+from linkdedup.workers import Background, WorkerError, run_sharded, shards
 
 
 @pytest.mark.parametrize('sizes', [[1] * 10, [5, 1, 1, 1, 1, 1], [100, 1, 1, 100], [3], []])
@@ -65,5 +65,38 @@ def test_an_error_here_stops_the_workers():
         return 0
     with pytest.raises(KeyError):
         run_sharded(task, [1] * 4, 2)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_background_work_runs_in_its_own_process_while_this_one_goes_on():
+    r, w = os.pipe()
+
+    def task() -> tuple[bytes, int]:
+        signal.alarm(10)      # run here, it would wait for ever: the alarm ends it
+        return os.read(r, 5), os.getpid()
+    work = Background(task)
+    os.write(w, b'go on')              # the worker waits for this process
+    assert work.result()[0] == b'go on' and work.result()[1] != os.getpid()
+
+
+def test_background_work_not_forked_runs_here_and_now():
+    ran: list[int] = []
+    work = Background(lambda: ran.append(os.getpid()) or 7, fork=False)
+    assert ran == [os.getpid()] and work.result() == 7
+
+
+def test_background_works_exception_is_raised_at_each_result():
+    def task() -> int:
+        raise ValueError('beside')
+    work = Background(task)
+    for _ in range(2):
+        with pytest.raises(ValueError, match='beside'):
+            work.result()
+
+
+def test_background_work_abandoned_is_stopped():
+    work = Background(signal.pause)
+    work.abandon()
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
