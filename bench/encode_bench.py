@@ -14,7 +14,8 @@ measures the CPU time (user + system, children included) of:
     server, the CPU of the server's work for it counts too (accounting.py:
     the server is reparented to this process, and its tree's CPU is read
     before and after);
-  - ``pahole -J`` on the same object.
+  - ``pahole -J`` on the same object, with the flags the tree's Kbuild
+    gives it (``kernel_tree.pahole_flags``: 7.2's Makefile.btf for 7.2).
 The three take turns object by object, in the reverse order on every other
 object.  It prints the ratios, over all objects and the median of the
 per-object ones, and appends them to bench/RESULTS.md with the command.
@@ -36,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import become_subreaper, server_supported, settle_servers, tree_cpu  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
-from kernel_tree import objects  # noqa: E402
+from kernel_tree import objects, pahole_flags  # noqa: E402
 from harness import pahole_version, record, turn_order  # noqa: E402
 from saved_commands import compile_command  # noqa: E402
 KERNEL_SCRIPT = HERE.parent / 'scripts' / 'build-kernel.sh'
@@ -80,6 +81,7 @@ def main() -> int:
     become_subreaper()
     objbtf = installed_objbtf()
     objs = objects(build)[::args.every]
+    peer = [args.pahole, '-J', *pahole_flags(build, args.pahole)]
     cpu: dict[str, list[float]] = {t: [] for t in TOOLS}
     skipped = 0
     start, load = time.time(), os.getloadavg()[0]
@@ -105,7 +107,7 @@ def main() -> int:
                     continue
                 shutil.copyfile(source, work)
                 got[tool] = timed([*client, 'encode', '-q', str(work)] if tool == 'objbtf' else
-                                  [args.pahole, '-J', '--btf_gen_floats', str(work)], env=env)
+                                  [*peer, str(work)], env=env)
             if None in got.values():        # pahole cannot read the real-mode objects
                 skipped += 1
                 continue
@@ -121,7 +123,7 @@ def main() -> int:
     if sys.stderr.isatty():
         print(file=sys.stderr)
     version = pahole_version(args.pahole)
-    report = f'objbtf client: {shlex.join(client)}\n' + summary(
+    report = f'objbtf client: {shlex.join(client)}\npeer: {shlex.join(peer)} OBJECT\n' + summary(
         cpu, skipped, args.every, time.time() - start, idle, servers.as_dict(),
         version)
     report += f'\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end'

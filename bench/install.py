@@ -11,7 +11,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def installed_objbtf(tree: Path = HERE.parent, venv: Path = HERE / '.venv') -> str:
-    """The ``objbtf`` script of ``tree`` installed (not editable) into ``venv``.
+    """The ``objbtf`` script of ``tree`` installed (not editable) into ``venv``,
+    with the C client the README's set-up builds (``python3 -m
+    objbtf.resident.native_client``: pip's isolated build cannot).
 
     Not the development install: an editable install's import hook, and
     wrappers such as pyenv's shims, add start-up time a user does not pay;
@@ -23,6 +25,10 @@ def installed_objbtf(tree: Path = HERE.parent, venv: Path = HERE / '.venv') -> s
                     str(tree)], check=True, env=clean_env())
     subprocess.run([str(venv / 'bin' / 'pip'), 'install', '-q', str(tree)], check=True,
                    env=clean_env())
+    # python3: the interpreter the console script names, which the client
+    # must name too (native_client.program)
+    subprocess.run([str(venv / 'bin' / 'python3'), '-m', 'objbtf.resident.native_client'],
+                   check=True, env=clean_env(), cwd='/', stdout=subprocess.DEVNULL)
     return str(venv / 'bin' / 'objbtf')
 
 

@@ -38,7 +38,10 @@
 
 Passes 2 to 6 remove types through ``tombstone`` so that ids do not move
 before dedup; ``workers`` shares passes 1 and 2 among ``-j`` processes
-(pass 2 only in the pure-Python build, whose scan of the hashes is slower).
+(pass 2 only in the pure-Python build, whose scan of the hashes is slower),
+and for vmlinux reads what pass 1 takes from the file beside the types
+(``pipeline.Beside``: checksums, symbols, the cache's key) in a process of
+its own while passes 1 and 2 go on.
 """
 
 # objbtf decides whether the compiled modules (objbtf.COMPILED, three of

@@ -455,7 +455,7 @@ def _let_go_of_the_inputs(state: LinkState) -> None:
     millions of types), the merged table's record of where each type came
     from, and the duplicates dedup drops.  Otherwise all of it would be in
     memory with the final types, the link's peak."""
-    state.inputs.chunks = []
+    state.inputs.chunks = state.inputs.unchecked = []
     state.merged = []
     del state.table, state.graves
 
