@@ -576,9 +576,11 @@ def main() -> int:
     ap.add_argument('--ccache', action='store_true',
                     help="every variant with CC='ccache gcc', objbtf with OBJBTF_CACHE_DIR, "
                          'both caches warmed by an untimed build first')
-    ap.add_argument('--without', action='append', default=[], choices=['objbtf'],
+    ap.add_argument('--without', action='append', default=[], choices=['objbtf', 'stock'],
                     help='leave a default variant out (e.g. --gbtf --without objbtf: the '
-                         'DWARF-less build against the stock one alone, in half the time)')
+                         'DWARF-less build against the stock one alone, in half the time; '
+                         '--without stock: objbtf\'s builds alone, with --record-graph for a '
+                         'replay beside another run\'s stock graphs; its ratios are to itself)')
     ap.add_argument('--record-graph', action='store_true',
                     help='record every build\'s jobs and what each waited for (bench/buildgraph.py), '
                          'for bench/replay.py; allows -j1')

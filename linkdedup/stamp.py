@@ -35,8 +35,7 @@ _HEAD = TYPE_HEAD_LEN // 4
 # over every type of vmlinux).  The link checked its output: no kind here
 # is unknown.
 _FIXED_WORDS = [_HEAD + (k.fixed_len // 4 if k else 0) for k in KINDS.by_number]
-_ENTRY_WORDS = [k.entry_len // 4 if k and k.has_vlen and k.extra_len(1) != k.extra_len(0)
-                else 0 for k in KINDS.by_number]
+_ENTRY_WORDS = [(k.extra_len(1) - k.extra_len(0)) // 4 if k else 0 for k in KINDS.by_number]
 
 
 def types_digest(raw: bytes, marks_sets: bool | None) -> str:

@@ -78,7 +78,7 @@ class Background(Generic[T]):
     """``task()`` in a forked process while this one goes on with other
     work; ``result()`` waits for what it returned (or raises what it
     raised), ``abandon()`` stops it if its result is not wanted.  Without
-    ``fork`` (or fork), ``task()`` runs here and now."""
+    ``fork`` (or where the system has none), ``task()`` runs here and now."""
 
     def __init__(self, task: Callable[[], T], fork: bool = True):
         self._pending: tuple[int, int] | None = None
