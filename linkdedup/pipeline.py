@@ -328,10 +328,9 @@ def replay_pass(state: LinkState) -> None:
 def merge_pass(state: LinkState) -> None:
     """Pass 2: every object's types in one table, merged by hash (``merge``)."""
     state.progress.step('concatenate')
-    elf, inputs, sec = state.elf, state.inputs, state.inputs.section
+    elf, inputs = state.elf, state.inputs
     state.table = merge_blobs(inputs.blobs, inputs.chunks, state.base, elf.byteorder,
-                              lambda b: elf.release(sec, b.offset, b.offset + len(b.data)),
-                              state.jobs)
+                              inputs.releaser(elf), state.jobs)
     btf = state.btf
     state.merged = list(btf.types if btf.base is not None else btf.types[1:])
     state.summary.objects = len(inputs.blobs)
@@ -561,14 +560,16 @@ class FromSymbols:
     names at several addresses (functions pass); with ``decl_tag_kfuncs``
     and ``decl_tag`` (pahole needs both), the kfuncs of ``.BTF_ids``
     (kfuncs pass), for which a module (``base_path``) may ask vmlinux
-    whether its kernel marks kfunc sets (kfuncs.py); and whether this
-    file marks them (``--types-stamp``), None if it cannot say."""
+    whether its kernel marks kfunc sets (kfuncs.py); and with ``marks``
+    (``--types-stamp``) whether this file marks them, None if it cannot
+    say.  ``.BTF_ids`` is read only for those."""
 
-    def __init__(self, elf: ElfFile, features: Features, base_path: str | None = None):
+    def __init__(self, elf: ElfFile, features: Features, base_path: str | None = None,
+                 marks: bool = False):
         self.ambiguous = ambiguous_names(elf.typed_symbols(STT_FUNC))
         tag = features.decl_tag_kfuncs and features.decl_tag
         try:
-            ids = BtfIds.read(elf)
+            ids = BtfIds.read(elf) if tag or marks else None
         except ElfError:
             if tag:
                 raise
@@ -590,7 +591,8 @@ class Beside:
                  checksums: bool = True):
         if checksums:
             inputs.check_checksums(elf, settings.file)
-        self.symbols = FromSymbols(elf, settings.features, settings.base_path)
+        self.symbols = FromSymbols(elf, settings.features, settings.base_path,
+                                   marks=settings.types_stamp is not None)
         self.cache_key = None if settings.cache is None else link_cache.cache_key(
             inputs.chunks, self.symbols.ambiguous, self.symbols.kfuncs,
             settings.features.names(), settings.input_section)
@@ -612,11 +614,14 @@ class Inputs:
         self.blobs = canonical_order(blobs, chunks)
         self.chunks = [chunks[b.index] for b in self.blobs]
 
+    def releaser(self, elf: ElfFile) -> Callable[[Blob], None]:
+        """What hands a blob's pages back, once a pass is done with it."""
+        return lambda b: elf.release(self.section, b.offset, b.offset + len(b.data))
+
     def check_checksums(self, elf: ElfFile, path: str) -> None:
         """``_check_checksums`` of the chunks read from ``path``, open as ``elf``."""
         if self.unchecked:
-            _check_checksums(path, self.unchecked, self.linked_blobs,
-                             lambda b: elf.release(self.section, b.offset, b.offset + len(b.data)))
+            _check_checksums(path, self.unchecked, self.linked_blobs, self.releaser(elf))
 
 
 def read_inputs(elf: ElfFile, path: str, section: str, progress: Progress,

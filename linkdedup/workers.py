@@ -61,17 +61,14 @@ def run_sharded(task: Callable[[range], T], sizes: Sequence[int], jobs: int,
     parts = shards(sizes, min(jobs, sum(sizes) // min_share))
     if len(parts) == 1 or not hasattr(os, 'fork'):
         return [task(r) for r in parts]
-    pending: list[tuple[int, int]] = []
+    pending: list[Background[T]] = []
     try:
         for r in parts[1:]:
-            pending.append(_fork(partial(task, r)))
-        results = [task(parts[0])]
-        while pending:
-            results.append(_collect(*pending.pop(0)))
+            pending.append(Background(partial(task, r)))
+        return [task(parts[0])] + [work.result() for work in pending]
     finally:
-        for pid, fd in pending:
-            _abandon(pid, fd)
-    return results
+        for work in pending:
+            work.abandon()
 
 
 class Background(Generic[T]):

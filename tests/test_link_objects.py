@@ -321,8 +321,8 @@ class FromSymbolsHere(pipeline.FromSymbols):
     back from another."""
     came_from: list[int] = []
 
-    def __init__(self, *args):
-        super().__init__(*args)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.pid = os.getpid()
 
     def __setstate__(self, state: dict) -> None:
