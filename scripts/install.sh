@@ -12,6 +12,8 @@ pkgs=(gcc clang binutils dwarves bpftool libbpf1 python3-pip python3-venv python
       gcc-s390x-linux-gnu binutils-s390x-linux-gnu
       # the encode cache's test and benchmark with a compiler cache
       ccache
+      # the C client's C library: the quickest static start (README)
+      musl-tools
       # the newest pahole, built from vendor/ (scripts/build-pahole.sh)
       cmake pkg-config libdw-dev zlib1g-dev
       # the boot test: a built kernel in QEMU, a busybox initramfs, a libbpf loader

@@ -464,15 +464,22 @@ def _interpreter(program: Path) -> bool:
         return any(seg['p_type'] == 'PT_INTERP' for seg in ELFFile(f).iter_segments())
 
 
-def test_c_client_is_linked_statically_else_dynamically(tmp_path):
-    """native_client.build links the client statically (Debian's libc6-dev
-    has the static C library), and where the static link fails, as with
-    no static libc, links it dynamically."""
+def _native_client():
+    """objbtf/resident/native_client.py of this checkout, imported as
+    setup.py imports it: outside its package."""
     sys.path.insert(0, str(ROOT / 'objbtf' / 'resident'))
     try:
         import native_client
     finally:
         sys.path.remove(str(ROOT / 'objbtf' / 'resident'))
+    return native_client
+
+
+def test_c_client_is_linked_statically_else_dynamically(tmp_path):
+    """native_client.build links the client statically (Debian's libc6-dev
+    has the static C library), and where the static link fails, as with
+    no static libc, links it dynamically."""
+    native_client = _native_client()
     (tmp_path / 'static').mkdir()
     assert not _interpreter(native_client.build(tmp_path / 'static'))
     nostatic = tmp_path / 'cc'
@@ -487,6 +494,35 @@ def test_c_client_is_linked_statically_else_dynamically(tmp_path):
     assert ran.returncode != 0, ran
     assert f'{tmp_path.parent}/objbtf/cli/entry_no_site.py' in ran.stderr, ran
     assert sorted(os.listdir(tmp_path / 'dynamic')) == [NATIVE]
+
+
+def test_c_client_is_built_with_musl_where_installed(tmp_path, monkeypatch):
+    """With musl-gcc installed (musl-tools, which scripts/install.sh
+    installs) and no CC set, native_client.build compiles the client with
+    it, statically: musl's start does not probe the CPU with cpuid as
+    glibc's does.  A glibc program carries glibc's ABI note
+    (.note.ABI-tag), a musl one none.  An explicit CC comes first."""
+    musl = shutil.which('musl-gcc')
+    if musl is None:
+        pytest.fail('musl-gcc is not installed (Debian: musl-tools; scripts/install.sh)')
+    native_client = _native_client()
+    monkeypatch.setenv('CC', 'gcc')
+    assert native_client.compilers() == ['gcc']
+    monkeypatch.delenv('CC')
+    assert native_client.compilers()[0] == musl
+    (tmp_path / 'musl').mkdir()
+    built = native_client.build(tmp_path / 'musl')
+    assert not _interpreter(built)
+    from elftools.elf.elffile import ELFFile
+    with open(built, 'rb') as f:
+        assert ELFFile(f).get_section_by_name('.note.ABI-tag') is None
+    glibc = tmp_path / 'glibc'
+    glibc.mkdir()
+    with open(native_client.build(glibc, cc='gcc'), 'rb') as f:
+        assert ELFFile(f).get_section_by_name('.note.ABI-tag') is not None
+    ran = subprocess.run([built, '--help'], capture_output=True, text=True, timeout=60)
+    assert ran.returncode != 0, ran
+    assert f'{tmp_path.parent}/objbtf/cli/entry_no_site.py' in ran.stderr, ran
 
 
 def test_the_encode_cache_is_the_one_each_clients_environment_names(tmp_path, runtime, objects):

@@ -56,32 +56,51 @@ def _defines() -> list[str]:
             + [f'-DOBJBTF_SERVED={",".join(map(_c_string, served))}'])
 
 
+def compilers(cc: str | None = None) -> list[str]:
+    """The compilers ``build`` tries, in order: ``cc`` when given, else
+    ``$CC`` when set, else musl's ``musl-gcc`` (Debian's musl-tools) where
+    installed, then the system's ``cc``.  musl first because its static
+    start is the quickest: glibc's, even linked statically, probes the
+    CPU's caches with ``cpuid`` at every start, which traps to the
+    hypervisor in a virtual machine (about 0.6 ms of CPU a command there,
+    against 0.03 ms for musl's: docs/resident-server.md, "Clients")."""
+    import shutil
+    if cc or os.environ.get('CC'):
+        return [cc or os.environ['CC']]
+    musl = shutil.which('musl-gcc')
+    return [*([musl] if musl else []), shutil.which('cc') or 'gcc']
+
+
 def build(dest: Path | None = None, cc: str | None = None) -> Path:
     """Compile client.c into ``dest``/objbtf-client (default: beside this
     module; written under another name, then renamed); its path.  Linked
-    statically where the C library allows it: Kbuild runs the client once
-    per object, and a dynamically linked program's start (the loader,
-    relocations) is about a quarter of what the client costs (0.71 to 0.82
-    ms of CPU a command, against 0.51 to 0.65 linked statically:
-    docs/resident-server.md, "Clients").  Raises OSError or CalledProcessError."""
-    import shutil
+    statically where a C library allows it, with the first of
+    ``compilers(cc)`` that can: Kbuild runs the client once per object, and
+    a dynamically linked program's start (the loader, relocations) is
+    about a quarter of what the client costs with glibc (0.71 to 0.82 ms
+    of CPU a command, against 0.51 to 0.65 linked statically:
+    docs/resident-server.md, "Clients"); dynamically with the last where
+    none can.  Raises OSError or CalledProcessError."""
     import subprocess
     import tempfile
     from pathlib import Path
     dest = Path(HERE) if dest is None else dest
-    cc = cc or os.environ.get('CC') or shutil.which('cc') or 'gcc'
     target = dest / NAME
     with tempfile.TemporaryDirectory(dir=dest, prefix='.objbtf-client-') as tmp:
         out = Path(tmp) / NAME
-        command = [cc, '-O2', '-std=gnu11', '-Wall', '-o', str(out), str(SOURCE),
-                   f'-DOBJBTF_PYTHON={_c_string(sys.executable)}',
-                   f'-DOBJBTF_PYTHON_VERSION={_c_string(sys.version)}', *_defines()]
-        try:
-            subprocess.run([*command, '-static'], check=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT)
-        except subprocess.CalledProcessError:     # no static C library
-            subprocess.run(command, check=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT)
+        flags = ['-O2', '-std=gnu11', '-Wall', '-o', str(out), str(SOURCE),
+                 f'-DOBJBTF_PYTHON={_c_string(sys.executable)}',
+                 f'-DOBJBTF_PYTHON_VERSION={_c_string(sys.version)}', *_defines()]
+        tried = [[compiler, *flags, '-static'] for compiler in compilers(cc)]
+        tried.append(tried[-1][:-1])
+        for command in tried:
+            try:
+                subprocess.run(command, check=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+                break
+            except subprocess.CalledProcessError:   # no static C library there
+                if command is tried[-1]:
+                    raise
         os.chmod(out, 0o755)
         os.replace(out, target)
     return target
