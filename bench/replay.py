@@ -25,6 +25,10 @@ the line less the objbtf parts recorded inside it; objtool and fixdep go
 with the compiler (a little too much remote), the preprocessing distcc does
 locally and the network are not modelled.
 
+``--objbtf-free`` projects with objbtf's recorded parts (the encodes inside
+the compiles, the links inside their lines) at no time: how far an
+infinitely quick objbtf could move the build, the floor of a goal.
+
 The rebuild after touching one .c is replayed from its own recorded
 rebuild, not cut out of the full build's graph: the recording holds what
 make really ran (the descents it walked, the links that the changed types
@@ -93,8 +97,9 @@ def local_share(job: Job) -> float:
 
 
 def dag_of(graph: Graph, farm: bool = False, duration: str = 'wall',
-           barriers: bool = True) -> Dag:
-    """The scheduling nodes of a graph (module docstring)."""
+           barriers: bool = True, objbtf_free: bool = False) -> Dag:
+    """The scheduling nodes of a graph (module docstring); ``objbtf_free``:
+    objbtf's recorded parts (its encodes, its links) take no time."""
     jobs = graph.jobs
     dag = Dag()
     kids: dict[int, list[Job]] = defaultdict(list)
@@ -107,13 +112,14 @@ def dag_of(graph: Graph, farm: bool = False, duration: str = 'wall',
 
     def own(job: Job) -> float:
         """The job's time, make's time to start it included."""
-        return launch + (job.wall if duration == 'wall' else job.cpu)
+        own = job.wall if duration == 'wall' else job.cpu
+        return launch + (max(0.0, own - local_share(job)) if objbtf_free else own)
 
     for job in sorted(jobs, key=lambda j: j.start):
         inner = kids.get(job.id)
         if not inner:
             if farm and job.compile:
-                local = min(own(job), local_share(job))
+                local = 0.0 if objbtf_free else min(own(job), local_share(job))
                 remote = dag.node(own(job) - local, job.start, 'R')
                 rest = dag.node(local, job.end - local)
                 dag.edge(remote, rest)
@@ -231,16 +237,17 @@ def schedule(dag: Dag, cpus: dict[str, int], priority: str = 'recorded') -> floa
     return now
 
 
-_dags: dict[tuple[int, bool, str, bool], tuple[Graph, Dag]] = {}
+_dags: dict[tuple[int, bool, str, bool, bool], tuple[Graph, Dag]] = {}
 
 
 def replay(graph: Graph, cpus: int | tuple[int, int], priority: str = 'recorded',
-           duration: str = 'wall', barriers: bool = True) -> float:
-    """Wall seconds of ``graph`` on ``cpus`` CPUs, or (local, remote) farm CPUs."""
+           duration: str = 'wall', barriers: bool = True, objbtf_free: bool = False) -> float:
+    """Wall seconds of ``graph`` on ``cpus`` CPUs, or (local, remote) farm CPUs
+    (``objbtf_free``: ``dag_of``'s)."""
     farm = isinstance(cpus, tuple)
-    key = (id(graph), farm, duration, barriers)
+    key = (id(graph), farm, duration, barriers, objbtf_free)
     if key not in _dags or _dags[key][0] is not graph:
-        _dags[key] = graph, dag_of(graph, farm, duration, barriers)
+        _dags[key] = graph, dag_of(graph, farm, duration, barriers, objbtf_free)
     pools = {'L': cpus[0], 'R': cpus[1]} if isinstance(cpus, tuple) else {'L': cpus}
     return schedule(_dags[key][1], pools, priority)
 
@@ -376,10 +383,11 @@ def projected(builds: list[Recorded], opts) -> dict[tuple[str, str, str], dict[s
     table = {}
     for key, runs in grouped(builds).items():
         graphs = projecting(runs)
-        row = {str(n): statistics.median(replay(g, n, opts.priority, opts.duration) for g in graphs)
+        row = {str(n): statistics.median(replay(g, n, opts.priority, opts.duration,
+                                                objbtf_free=opts.objbtf_free) for g in graphs)
                for n in CPUS}
-        row['farm'] = statistics.median(replay(g, opts.farm, opts.priority, opts.duration)
-                                        for g in graphs)
+        row['farm'] = statistics.median(replay(g, opts.farm, opts.priority, opts.duration,
+                                               objbtf_free=opts.objbtf_free) for g in graphs)
         table[key] = row
     return table
 
@@ -442,6 +450,10 @@ def report(builds: list[Recorded], opts) -> str:
     order = 'longest path first' if opts.priority == 'critical' else "in make's recorded order"
     lines = [f'{len(builds)} recorded builds; each job takes its recorded {opts.duration} time, '
              f'the ready jobs are taken {order}']
+    if opts.objbtf_free:
+        lines.append("the projection with objbtf's recorded parts (its encodes inside the compiles, "
+                     'its links) at no time (--objbtf-free): the floor of what objbtf\'s own speed '
+                     'can change; the validation replays them as recorded')
     for b in builds:
         m = b.graph.meta
         lines.append(f'  {b.config} {b.step} {b.variant} -j{b.jobs}: {b.wall:.1f} s, {m["jobs"]} jobs '
@@ -478,6 +490,9 @@ def main() -> int:
     ap.add_argument('--duration', choices=('wall', 'cpu'), default='wall')
     ap.add_argument('--farm', type=farm_cpus, default=FARM, metavar='LOCAL+REMOTE',
                     help=f'the farm\'s CPUs (default {FARM[0]}+{FARM[1]})')
+    ap.add_argument('--objbtf-free', action='store_true',
+                    help="project with objbtf's recorded parts (encodes, links) at no time: "
+                         "the floor of what objbtf's own speed can change")
     ap.add_argument('--plot', type=Path, default=HERE / 'replay.png')
     ap.add_argument('--no-record', action='store_true', help='do not append to RESULTS.md')
     opts = ap.parse_args()

@@ -15,16 +15,14 @@ from pathlib import Path
 
 from conftest import run
 from kbuild_tree import KernelBuild, objbtf_command, sections
+from kernel_tree import make_value
 
 
 def pahole_flags(tree: KernelBuild) -> list[str]:
     """``PAHOLE_FLAGS`` as the tree's ``scripts/Makefile.btf`` sets them for
     the pahole objbtf stands in for (OBJBTF set: the newest's)."""
-    target = 'objbtf-print-pahole-flags'
-    out = run('make', '-s', '-C', tree.src, f'O={tree.build}', *tree.make_args,
-              f'OBJBTF={objbtf_command()}', f'--eval={target}: ; @echo $(PAHOLE_FLAGS)',
-              target).stdout
-    return out.strip().splitlines()[-1].split()
+    return make_value(tree.build, 'PAHOLE_FLAGS', *tree.make_args,
+                      f'OBJBTF={objbtf_command()}').split()
 
 
 def _resolve_btfids(tree: KernelBuild) -> Path:

@@ -342,6 +342,20 @@ def test_the_farm_compiles_remotely_and_encodes_locally():
     assert replay(stock, (1, 4)) == 2.0             # nothing local but the (zero) rest
 
 
+def test_objbtf_free_replays_objbtf_s_parts_at_no_time():
+    """The floor of what objbtf's own speed can change: its encodes inside
+    the compiles and its link inside a link line take no time, what else
+    those lines do keeps its time, on one CPU as on the farm."""
+    from replay import replay
+    compiles = [job(i, 2 * i, 2 * i + 2, compile=True, parts={'objbtf encode': 0.5})
+                for i in range(4)]
+    link = job(4, 8, 11, after=range(4), parts={'objbtf link': 1.0})
+    g = graph(*compiles, link)
+    assert replay(g, 1) == 11
+    assert replay(g, 1, objbtf_free=True) == 4 * 1.5 + 2
+    assert replay(g, (1, 4), objbtf_free=True) == 1.5 + 2       # nothing left to do locally
+
+
 def test_kbuilds_barriers_are_added_and_can_be_left_out():
     from buildgraph import analyse
     from replay import replay
