@@ -44,6 +44,7 @@ from accounting import (become_subreaper, cpu_mark, others_share, others_since, 
 from harness import doubts, orders, paired_ratio, record, turn_order  # noqa: E402
 from install import clean_env, installed_objbtf  # noqa: E402
 from kernel_tree import configured_with  # noqa: E402
+from saved_commands import first_command  # noqa: E402
 
 VARIANTS = ('stock', 'objbtf')
 #: Kbuild's quiet line for a compiled object.
@@ -71,12 +72,9 @@ def objects_in(build: Path, dirs: list[str]) -> list[Path]:
     found = []
     for d in dirs:
         for cmd in sorted((build / d).rglob('.*.o.cmd')):
-            name = cmd.name[1:-len('.cmd')]
-            if name.endswith('.mod.o'):
-                continue
-            with open(cmd) as f:
-                if ' -c ' in f.readline():
-                    found.append(cmd.with_name(name))
+            obj = cmd.with_name(cmd.name[1:-len('.cmd')])
+            if not obj.name.endswith('.mod.o') and '-c' in first_command(obj):
+                found.append(obj)
     return found
 
 

@@ -112,8 +112,8 @@ def dag_of(graph: Graph, farm: bool = False, duration: str = 'wall',
 
     def own(job: Job) -> float:
         """The job's time, make's time to start it included."""
-        own = job.wall if duration == 'wall' else job.cpu
-        return launch + (max(0.0, own - local_share(job)) if objbtf_free else own)
+        recorded = job.wall if duration == 'wall' else job.cpu
+        return launch + (max(0.0, recorded - local_share(job)) if objbtf_free else recorded)
 
     for job in sorted(jobs, key=lambda j: j.start):
         inner = kids.get(job.id)
