@@ -90,6 +90,15 @@ def tree_cpu() -> float:
     return reaped.ru_utime + reaped.ru_stime + alive
 
 
+def subtree_cpu(pid: int) -> float:
+    """CPU seconds so far of process ``pid`` (with the children it reaped)
+    and of its living descendants, to the clock tick (/proc)."""
+    procs = _processes()
+    if pid not in procs:
+        raise ProcessLookupError(f'process {pid} is gone')
+    return procs[pid][1] + sum(procs[p][1] for p in _descendants(procs, pid))
+
+
 def own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime

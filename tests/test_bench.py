@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -278,6 +279,26 @@ def test_benches_and_tests_share_helpers_through_testsupport_only():
             assert not imported(test) & benches, test.name
     for helper in (ROOT / 'testsupport').glob('*.py'):
         assert not imported(helper) & (tests | benches), helper.name
+
+
+def test_command_ab_runs_the_compile_lines_kbuild_runs(kernel_build):
+    """command_ab's two variants of an object's line are Kbuild's: the saved
+    line of the reference build (made with OBJBTF) less its post-step, and
+    that line again when the bench appends the post-step with the client
+    ``objbtf server command`` gives."""
+    from command_ab import stock_line, with_encode
+    from compile_ab import objects_in
+    from install import clean_env, quick_client
+    from saved_commands import saved_command
+    client = shlex.join(quick_client('objbtf', clean_env()))
+    objects = objects_in(kernel_build, ['kernel'])
+    assert len(objects) > 20
+    for obj in objects:
+        saved = saved_command(obj)
+        stock, flags = stock_line(saved)
+        assert flags is not None and ' encode ' not in stock, saved
+        assert stock_line(stock) == (stock, None)
+        assert with_encode(stock, client, flags, str(obj.relative_to(kernel_build))) == saved
 
 
 # The build-graph replay (bench/buildgraph.py, bench/replay.py).
