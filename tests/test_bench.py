@@ -289,8 +289,9 @@ def test_command_ab_runs_the_compile_lines_kbuild_runs(kernel_build):
     from command_ab import stock_line, with_encode
     from compile_ab import objects_in
     from install import clean_env, quick_client
+    from kbuild_tree import objbtf_command
     from saved_commands import saved_command
-    client = shlex.join(quick_client('objbtf', clean_env()))
+    client = shlex.join(quick_client(objbtf_command(), clean_env()))
     objects = objects_in(kernel_build, ['kernel'])
     assert len(objects) > 20
     for obj in objects:
