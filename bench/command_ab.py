@@ -24,7 +24,6 @@ object is left made by the command its ``.cmd`` file saved.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -41,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import (become_subreaper, cpu_mark, orphans, others_share,  # noqa: E402
                         others_since, settle_servers, subtree_cpu)
-from compile_ab import objects_in  # noqa: E402
+from compile_ab import directories, objects_in, tree_arguments  # noqa: E402
 from harness import doubts, orders, paired_ratio, record, turn_order  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
 from saved_commands import saved_command  # noqa: E402
@@ -156,6 +155,7 @@ def report(turns: list[Turn], jobs: list[Job], dirs: list[str], streams: int) ->
     extra = [statistics.mean(j.cpu['objbtf']) - statistics.mean(j.cpu['stock']) for j in jobs]
     mean = statistics.mean(extra)
     half = 1.96 * statistics.stdev(extra) / math.sqrt(n) if n > 1 else math.inf
+    stock_median = statistics.median(statistics.mean(j.cpu['stock']) for j in jobs)
     server = [t.server / n for t in turns]
     others = others_share(sum(t.others for t in turns), sum(t.wall for t in turns))
     found = doubts(cpu, others)
@@ -168,8 +168,9 @@ def report(turns: list[Turn], jobs: list[Job], dirs: list[str], streams: int) ->
     lines += [f'CPU, objbtf (server included) / stock: {cpu}',
               f"objbtf's command lines beyond the server, per object: {1000 * mean:+.1f} ms "
               f'(95 % interval {1000 * (mean - half):+.1f} to {1000 * (mean + half):+.1f}) '
-              f'on a stock median of {1000 * statistics.median(statistics.mean(j.cpu["stock"]) for j in jobs):.0f} ms',
-              f"the resident server's CPU per encode: median {1000 * statistics.median(server):.1f} ms "
+              f'on a stock median of {1000 * stock_median:.0f} ms',
+              f"the resident server's CPU per encode: median "
+              f'{1000 * statistics.median(server):.1f} ms '
               f'({1000 * min(server):.1f} to {1000 * max(server):.1f})',
               f'drift: the last turn\'s stock lines took {drift:.2f} of the first\'s; others used '
               f'{100 * others:.1f} % of the machine']
@@ -178,23 +179,15 @@ def report(turns: list[Turn], jobs: list[Job], dirs: list[str], streams: int) ->
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('build', type=Path, help='a built O= tree with the Kbuild integration')
-    ap.add_argument('--dir', action='append', dest='dirs', metavar='DIR',
-                    help='a directory of the tree whose objects are sampled (repeatable; '
-                         'default kernel/ and net/netfilter/)')
+    ap = tree_arguments(__doc__, 'sampled')
     ap.add_argument('--every', type=int, default=3, help='every Nth object (default 3)')
     ap.add_argument('--turns', type=int, default=4, help='turns of both variants (default 4)')
     ap.add_argument('--streams', type=int, default=len(os.sched_getaffinity(0)),
                     help='objects at once, as make -j (default: the CPUs)')
     ap.add_argument('--flags', default='',
                     help="OBJBTF_FLAGS for a stock tree's lines (an objbtf tree's say theirs)")
-    ap.add_argument('--venv', type=Path, default=Path('/var/tmp/kbuild-bench/venv'),
-                    help="where this checkout is installed for the bench (kbuild_bench's)")
-    ap.add_argument('--no-record', action='store_true', help='print, do not append to RESULTS.md')
     opts = ap.parse_args()
-    dirs = [d.rstrip('/') + '/' for d in opts.dirs or ['kernel', 'net/netfilter']]
+    dirs = directories(opts)
     build = opts.build.resolve()
     if not (build / '.config').exists():
         sys.exit(f'command_ab: {build} is not a configured O= tree (no .config)')

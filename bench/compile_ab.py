@@ -47,6 +47,8 @@ from kernel_tree import configured_with  # noqa: E402
 from saved_commands import first_command  # noqa: E402
 
 VARIANTS = ('stock', 'objbtf')
+#: The directories whose objects the bench takes unless told others.
+DIRS = ('kernel/', 'net/netfilter/')
 #: Kbuild's quiet line for a compiled object.
 COMPILED = '  CC '
 #: Kbuild's quiet line for a configuration made again (syncconfig).
@@ -76,6 +78,27 @@ def objects_in(build: Path, dirs: list[str]) -> list[Path]:
             if not obj.name.endswith('.mod.o') and '-c' in first_command(obj):
                 found.append(obj)
     return found
+
+
+def tree_arguments(doc: str, done: str) -> argparse.ArgumentParser:
+    """The arguments of a bench on the objects of a built tree's
+    directories (this one's, command_ab's); ``done``: what the bench does
+    with those objects."""
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('build', type=Path, help='a built O= tree with the Kbuild integration')
+    ap.add_argument('--dir', action='append', dest='dirs', metavar='DIR',
+                    help=f'a directory of the tree whose objects are {done} (repeatable; '
+                         f'default {" ".join(DIRS)})')
+    ap.add_argument('--venv', type=Path, default=Path('/var/tmp/kbuild-bench/venv'),
+                    help="where this checkout is installed for the bench (kbuild_bench's)")
+    ap.add_argument('--no-record', action='store_true', help='print, do not append to RESULTS.md')
+    return ap
+
+
+def directories(opts: argparse.Namespace) -> list[str]:
+    """The directories ``tree_arguments`` took, each ending in '/'."""
+    return [d.rstrip('/') + '/' for d in opts.dirs or DIRS]
 
 
 def make_args(build: Path, variant: str, objbtf: str) -> list[str]:
@@ -171,19 +194,11 @@ def report(turns: list[list[Turn]], dirs: list[str]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('build', type=Path, help='a built O= tree with the Kbuild integration')
-    ap.add_argument('--dir', action='append', dest='dirs', metavar='DIR',
-                    help='a directory of the tree whose objects are made again (repeatable; '
-                         'default kernel/ and net/netfilter/)')
+    ap = tree_arguments(__doc__, 'made again')
     ap.add_argument('--turns', type=int, default=6, help='turns of both variants (default 6)')
     ap.add_argument('-j', '--jobs', type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument('--venv', type=Path, default=Path('/var/tmp/kbuild-bench/venv'),
-                    help="where this checkout is installed for the bench (kbuild_bench's)")
-    ap.add_argument('--no-record', action='store_true', help='print, do not append to RESULTS.md')
     opts = ap.parse_args()
-    dirs = [d.rstrip('/') + '/' for d in opts.dirs or ['kernel', 'net/netfilter']]
+    dirs = directories(opts)
     build = opts.build.resolve()
     if not (build / 'source' / 'Makefile').exists() or not (build / '.config').exists():
         sys.exit(f'compile_ab: {build} is not a configured O= tree (no source link or .config)')
