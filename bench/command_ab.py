@@ -68,6 +68,7 @@ class Job:
     target: str                         # as make names it, relative to the tree
     lines: dict[str, str]               # variant -> command line
     saved: str                          # the variant the tree's .cmd file holds
+    made: str = ''                      # the variant that made the object last
     cpu: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
 
 
@@ -104,7 +105,8 @@ def run_lines(lines: list[str], build: Path, env: dict[str, str]) -> list[float]
                                 stdout=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         if status != 0:
-            failed.append(lines[i])
+            failed.append(f'exit {os.waitstatus_to_exitcode(status)} of the line ending '
+                          f'...{lines[i][-160:]}')
         cpu[i] = usage.ru_utime + usage.ru_stime
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(lines))]
@@ -113,7 +115,7 @@ def run_lines(lines: list[str], build: Path, env: dict[str, str]) -> list[float]
     for t in threads:
         t.join()
     if failed:
-        sys.exit(f'command_ab: this command failed in {build}: {failed[0]}')
+        sys.exit(f'command_ab: in {build}: {failed[0]}')
     return cpu
 
 
@@ -130,6 +132,8 @@ def one_turn(turn: int, jobs: list[Job], streams: int, build: Path, env: dict[st
     for at in range(0, len(jobs), streams):
         group = jobs[at:at + streams]
         for variant in turn_order(VARIANTS, turn):
+            for job in group:
+                job.made = variant
             for job, cpu in zip(group, run_lines([j.lines[variant] for j in group], build, env)):
                 job.cpu[variant].append(cpu)
                 totals[variant] += cpu
@@ -137,11 +141,11 @@ def one_turn(turn: int, jobs: list[Job], streams: int, build: Path, env: dict[st
     return Turn(totals, subtree_cpu(server) - server0, wall, others_since(mark))
 
 
-def restore(jobs: list[Job], last: str, build: Path, env: dict[str, str]) -> None:
-    """Make again, untimed, each object the last turn left made otherwise
-    than its .cmd file says."""
+def restore(jobs: list[Job], build: Path, env: dict[str, str]) -> None:
+    """Make again, untimed, each object the bench left made otherwise than
+    its .cmd file says (or half made, by a line that failed)."""
     for job in jobs:
-        if job.saved != last:
+        if job.made and job.made != job.saved:
             run_lines([job.lines[job.saved]], build, env)
         Path(build, job.target).with_name(f'.{Path(job.target).name}.d').unlink(missing_ok=True)
 
@@ -202,22 +206,27 @@ def main() -> int:
     jobs = jobs_of(build, dirs, opts.every, client, opts.flags)
     if not jobs:
         sys.exit(f'command_ab: {build} has no compiled objects under {", ".join(dirs)}')
-    # Untimed: the first objbtf line starts the tree's server, whose start
-    # is no object's; and it must leave the object with a .BTF section.
-    run_lines([jobs[0].lines['objbtf']], build, env)
-    if not has_btf(build / jobs[0].target):
-        sys.exit(f'command_ab: {jobs[0].lines["objbtf"]!r} left {jobs[0].target} without .BTF')
-    servers = orphans()
-    if len(servers) != 1:
-        sys.exit(f'command_ab: expected the tree\'s one resident server, found pids {servers}')
     turns = []
-    for i in range(opts.turns):
-        turns.append(one_turn(i, jobs, opts.streams, build, env, servers[0]))
-        t = turns[-1]
-        print(f'turn {i}: stock {t.cpu["stock"]:.1f} s, objbtf {t.cpu["objbtf"]:.1f} s + server '
-              f'{t.server:.2f} s', file=sys.stderr, flush=True)
-    restore(jobs, turn_order(VARIANTS, opts.turns - 1)[-1], build, env)
-    settled = settle_servers([objbtf], build, env, server_log)
+    try:
+        # Untimed: the first objbtf line starts the tree's server, whose
+        # start is no object's; and it must leave the object with a .BTF.
+        jobs[0].made = 'objbtf'
+        run_lines([jobs[0].lines['objbtf']], build, env)
+        if not has_btf(build / jobs[0].target):
+            sys.exit(f'command_ab: {jobs[0].lines["objbtf"]!r} left {jobs[0].target} '
+                     'without .BTF')
+        servers = orphans()
+        if len(servers) != 1:
+            sys.exit(f'command_ab: expected the tree\'s one resident server, found pids '
+                     f'{servers}')
+        for i in range(opts.turns):
+            turns.append(one_turn(i, jobs, opts.streams, build, env, servers[0]))
+            t = turns[-1]
+            print(f'turn {i}: stock {t.cpu["stock"]:.1f} s, objbtf {t.cpu["objbtf"]:.1f} s + '
+                  f'server {t.server:.2f} s', file=sys.stderr, flush=True)
+    finally:
+        restore(jobs, build, env)
+        settled = settle_servers([objbtf], build, env, server_log)
     if settled.problems:
         sys.exit(f'command_ab: {"; ".join(settled.problems)}')
     text = report(turns, jobs, dirs, opts.streams)
