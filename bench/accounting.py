@@ -148,7 +148,7 @@ def server_supported(objbtf: list[str], env: dict[str, str]) -> bool:
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
-def _run_rusage(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, float, str]:
+def run_rusage(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, float, str]:
     """(exit status, CPU seconds, stderr) of ``cmd``."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -182,7 +182,7 @@ class Servers:
 
 def stop_servers(objbtf: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
     """Run ``objbtf server stop`` in ``cwd``: (its CPU, the complaint if it failed)."""
-    status, cpu, err = _run_rusage([*objbtf, 'server', 'stop'], cwd, env)
+    status, cpu, err = run_rusage([*objbtf, 'server', 'stop'], cwd, env)
     return cpu, '' if status == 0 else f'objbtf server stop exited {status}: {err.strip()[-200:]}'
 
 

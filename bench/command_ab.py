@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'testsupport'))
 from accounting import (become_subreaper, cpu_mark, orphans, others_share,  # noqa: E402
-                        others_since, settle_servers, subtree_cpu)
+                        others_since, run_rusage, settle_servers, subtree_cpu)
 from compile_ab import directories, objects_in, tree_arguments  # noqa: E402
 from harness import doubts, orders, paired_ratio, record, turn_order  # noqa: E402
 from install import clean_env, installed_objbtf, quick_client  # noqa: E402
@@ -101,13 +101,10 @@ def run_lines(lines: list[str], build: Path, env: dict[str, str]) -> list[float]
     failed: list[str] = []
 
     def one(i: int) -> None:
-        proc = subprocess.Popen(['/bin/sh', '-c', lines[i]], cwd=build, env=env,
-                                stdout=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
+        status, cpu[i], err = run_rusage(['/bin/sh', '-c', lines[i]], build, env)
         if status != 0:
-            failed.append(f'exit {os.waitstatus_to_exitcode(status)} of the line ending '
-                          f'...{lines[i][-160:]}')
-        cpu[i] = usage.ru_utime + usage.ru_stime
+            failed.append(f'exit {status} of the line ending ...{lines[i][-160:]}: '
+                          f'{err.strip()[-300:]}')
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(lines))]
     for t in threads:
