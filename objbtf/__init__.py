@@ -29,7 +29,7 @@ C_EXTENSIONS = ('objbtf.btf._blob', 'objbtf.btf._dedup', 'objbtf.compiler_btf._a
                 'objbtf.dwarf._dies', 'objbtf.dwarf._loader', 'objbtf.elf._relocs',
                 'linkdedup._merge')
 #: The headers they include, from this package.
-C_HEADERS = ('blake2b.h', 'btf/_btf.h')
+C_HEADERS = ('blake2b.h', 'btf/_btf.h', 'dwarf/_arena.h')
 #: mypyc's shared library of those modules, in this package.
 NATIVE_LIB = '_native__mypyc'
 #: A source this much newer than the compiled library is an edit, not the

@@ -67,8 +67,9 @@ def dwarf_facts(path: str) -> dict[str, Counter]:
             return facts
         units = read_units(debug_sections(elf))
     for cu in units:
-        referenced = {d.attrs.get(C.AT_type) for d in cu.dies}
-        for d in cu.dies:
+        dies = cu.all_dies()
+        referenced = {d.attrs.get(C.AT_type) for d in dies}
+        for d in dies:
             name = d.attrs.get(C.AT_name, '')
             kind = TYPE_KINDS.get(d.tag)
             if d.tag in FORWARDED and d.attrs.get(C.AT_declaration):

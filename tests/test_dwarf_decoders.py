@@ -69,15 +69,41 @@ def item_shape(item: tuple) -> tuple:
     return values_shape(values), type(children).__name__, tuple(c.offset for c in children)
 
 
-def die_shape(die: Die) -> tuple:
+def in_c(units: list[CompileUnit]) -> set[int]:
+    """The offsets of the DIEs the C decoder keeps in C by its rule (the
+    Arena, _arena.h): every type DIE, and every DIE under one, its items'
+    included."""
+    out: set[int] = set()
+
+    def keep(die: Die) -> None:
+        out.add(die.offset)
+        for child in die.children:
+            keep(child)
+        for item in die.items:
+            for child in item[-1]:
+                keep(child)
+    for u in units:
+        for die in u.all_dies():
+            if die.tag in reader.TYPE_TAGS:
+                keep(die)
+    return out
+
+
+def die_shape(die: Die, arena: set[int]) -> tuple:
+    """A Die as it is, but that the children of one made in Python leave
+    out those kept in C (``arena``), as the C decoder's do."""
+    children = tuple(c.offset for c in die.children
+                     if die.offset in arena or c.offset not in arena)
     return (die.offset, die.tag, die.top, tuple(die.attrs), values_shape(die.attrs.values()),
-            type(die.children).__name__, tuple(c.offset for c in die.children),
+            type(die.children).__name__, children,
             type(die.items).__name__, tuple(item_shape(i) for i in die.items))
 
 
 def shape(units: list[CompileUnit]) -> list[tuple]:
-    return [(u.offset, u.version, u.address_size, die_shape(u.die),
-             [die_shape(d) for d in u.dies], list(u.by_offset),
+    arena = in_c(units)
+    return [(u.offset, u.version, u.address_size, die_shape(u.die, arena),
+             [die_shape(d, arena) for d in u.all_dies()],
+             [o for o in u.by_offset if o not in arena],
              all(u.by_offset[d.offset] is d for d in u.dies), u.addr_base, u.annotated)
             for u in units]
 
@@ -88,10 +114,16 @@ def sections_of(path: Path) -> DebugSections:
 
 
 def assert_same_units(c_decoder, path: Path) -> None:
+    """The C decoder's units are the Python decoder's: its Dies and those
+    its Arena makes, in order, with the same values; it keeps in C the
+    DIEs its rule says (``in_c``), and in Python the others."""
     secs = sections_of(path)
     ours = c_units(c_decoder, secs)
     assert ours is not None, f'{path}: the C decoder gave up'
     assert shape(ours) == shape(decode_units(secs)), path
+    in_python = {d.offset for u in ours for d in u.dies}
+    assert {d.offset for u in ours for d in u.all_dies()} - in_python == in_c(ours), path
+    assert set().union(*(u.by_offset for u in ours)) == in_python, path
 
 
 #: Every source with every variant, but kinds.c's __int128 on i386.

@@ -1,24 +1,28 @@
 /*
  * objbtf.dwarf._dies: reader.read_units in C, for the compiled build.
  *
- * It makes the same Die and CompileUnit objects as reader.py's decoder,
- * attribute for attribute: the same DIEs kept (the sets reader.py hands to
- * init()), the same items (members, enumerators, a function type's
- * parameters), the same values and conversions.  It only takes the
- * well-formed path: at anything it does not expect (a truncated or
- * damaged section, a form it does not decode, a value past 64 bits, an
- * index outside its section) it returns None, and reader.py's decoder
- * decodes the sections again, with its own result or error message.  So
- * the C code never has to name what is wrong, only to stop safely; every
- * read is bounds-checked.
+ * It decodes what reader.py's decoder decodes, attribute for attribute: the
+ * same DIEs kept (the sets reader.py hands to init()), the same items
+ * (members, enumerators, a function type's parameters), the same values
+ * and conversions.  It only takes the well-formed path: at anything it does
+ * not expect (a truncated or damaged section, a form it does not decode, a
+ * value past 64 bits, an index outside its section) it returns None, and
+ * reader.py's decoder decodes the sections again, with its own result or
+ * error message.  So the C code never has to name what is wrong, only to
+ * stop safely; every read is bounds-checked.
  *
- * Decoding in Python was a third of an object's encode (bench/RESULTS.md):
- * what stays is making the objects the loader reads.
+ * The DIEs the encoder's Python code walks (the unit's own, functions,
+ * variables and what is under them) become the Die objects reader.py makes;
+ * every type DIE, with what is under it, stays in C, in the object's Arena
+ * (_arena.h), which _loader.c reads and which makes a type DIE's Die only
+ * when Python asks for it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_arena.h"
 
 /* DW_FORM_* (DWARF 5, 7.5.6, and the GNU extensions reader.py knows) */
 enum {
@@ -86,6 +90,8 @@ static uint8_t item_parents[BITMAP_BITS / 8];
 static uint8_t wanted_attrs[BITMAP_BITS / 8];
 /* die_type: reader.new_die, whose compiled call takes its arguments as a vector. */
 static PyObject *die_type, *unit_type, *expr_type;
+/* An item's children when its abbreviation has none. */
+static PyObject *no_kids;
 static uint64_t annotation_tag;
 
 /* reader.ITEM_ATTRS: the children kept as items, and the attributes of each. */
@@ -234,6 +240,12 @@ static PyObject *init(PyObject *self, PyObject *args)
 	if (fill_bitmap(type_tags, types) || fill_bitmap(child_tags, children)
 	    || fill_bitmap(top_tags, tops) || fill_bitmap(wanted_attrs, wanted)
 	    || fill_rules(forms_of) || fill_items(item_attrs) || fill_bitmap(item_parents, parents))
+		return NULL;
+	/* Items are an arena's: only a type DIE has them. */
+	for (int i = 0; i < BITMAP_BITS; i++)
+		if (bit(item_parents, i) && !bit(type_tags, i))
+			return PyErr_Format(PyExc_ValueError, "item parent tag 0x%x is no type tag", i);
+	if (!no_kids && !(no_kids = PyTuple_New(0)))
 		return NULL;
 	Py_INCREF(die);
 	Py_INCREF(unit);
@@ -724,60 +736,76 @@ static uint64_t uint3(const struct unit *u, const struct raw *r)
 	return v;
 }
 
-/* The value reader.py's converter makes of ``r``: a new reference; NULL
- * with no exception set where this decoder gives up. */
-static PyObject *convert(struct unit *u, const struct spec *sp, const struct raw *r)
+/* The value reader.py's converter makes of ``r``, into *cv (a str's
+ * reference then the caller's); -1 where this decoder gives up, with an
+ * exception set only on a Python error (memory). */
+static int cvalue(struct unit *u, const struct spec *sp, const struct raw *r, struct cval *cv)
 {
+	PyObject *s;
 	uint64_t off;
 
+	cv->attr = (uint32_t)sp->attr;
+	cv->kind = CV_UINT;
 	switch (sp->form) {
 	case F_REF1: case F_REF2: case F_REF4: case F_REF8: case F_REF_UDATA:
 		if (r->u > UINT64_MAX - u->cu_offset)
-			return NULL;
-		return PyLong_FromUnsignedLongLong(u->cu_offset + r->u);
-	case F_STRP:
-		return strp(u->strings, u->str, r->u);
-	case F_STRING:
-		return PyUnicode_DecodeUTF8((const char *)u->info->p + r->pos, r->len, "replace");
-	case F_LINE_STRP:
-		return cstr(u->line_str, r->u);
-	case F_STRX3:
-		return strx(u, uint3(u, r));
-	case F_STRX: case F_STRX1: case F_STRX2: case F_STRX4: case F_GNU_STR_INDEX:
-		return strx(u, r->u);
+			return -1;
+		cv->u = u->cu_offset + r->u;
+		return 0;
 	case F_ADDRX3:
-		return PyLong_FromUnsignedLongLong(uint3(u, r));
+		cv->u = uint3(u, r);
+		return 0;
 	case F_LOCLISTX:
 		if (read_uint(u->loclists, table_entry(u->loclists_base, r->u, u->off_size),
 			      u->off_size, u->big, &off) || off > UINT64_MAX - u->loclists_base)
-			return NULL;
-		return PyLong_FromUnsignedLongLong(u->loclists_base + off);
-	}
-	switch (r->kind) {
-	case R_UINT:
-		return PyLong_FromUnsignedLongLong(r->u);
-	case R_SINT:
-		return PyLong_FromLongLong((int64_t)r->u);
-	case R_TRUE:
-		Py_RETURN_TRUE;
-	case R_BYTES:
-		return PyBytes_FromStringAndSize((const char *)u->info->p + r->pos, r->len);
-	case R_BLOCK: {
-		PyObject *data = PyBytes_FromStringAndSize((const char *)u->info->p + r->pos, r->len);
-		PyObject *expr;
-
-		if (!data)
-			return NULL;
-		expr = PyObject_CallFunction(expr_type, "nN", r->pos, data);
-		return expr;
-	}
-	case R_CSTR:            /* DW_FORM_string, converted above */
+			return -1;
+		cv->u = u->loclists_base + off;
+		return 0;
+	case F_STRP:
+		s = strp(u->strings, u->str, r->u);
 		break;
+	case F_STRING:
+		s = PyUnicode_DecodeUTF8((const char *)u->info->p + r->pos, r->len, "replace");
+		break;
+	case F_LINE_STRP:
+		s = cstr(u->line_str, r->u);
+		break;
+	case F_STRX3:
+		s = strx(u, uint3(u, r));
+		break;
+	case F_STRX: case F_STRX1: case F_STRX2: case F_STRX4: case F_GNU_STR_INDEX:
+		s = strx(u, r->u);
+		break;
+	default:
+		switch (r->kind) {
+		case R_UINT:
+			cv->u = r->u;
+			return 0;
+		case R_SINT:
+			cv->kind = CV_SINT;
+			cv->u = r->u;
+			return 0;
+		case R_TRUE:
+			cv->kind = CV_TRUE;
+			return 0;
+		case R_BYTES: case R_BLOCK:
+			cv->kind = r->kind == R_BYTES ? CV_BYTES : CV_EXPR;
+			cv->span.pos = r->pos;
+			cv->span.len = r->len;
+			return 0;
+		case R_CSTR:            /* DW_FORM_string, converted above */
+			break;
+		}
+		return -1;
 	}
-	return NULL;
+	if (!s)
+		return -1;
+	cv->kind = CV_STR;
+	cv->str = s;
+	return 0;
 }
 
-/* The attrs dict of a kept DIE; NULL, with or without an exception set. */
+/* The attrs dict of a DIE made in Python; NULL, with or without an exception set. */
 static PyObject *attributes(struct unit *u, const struct abbrev *ab, const struct raw *raws)
 {
 	PyObject *attrs = PyDict_New();
@@ -786,19 +814,23 @@ static PyObject *attributes(struct unit *u, const struct abbrev *ab, const struc
 		return NULL;
 	for (Py_ssize_t i = 0; i < ab->count; i++) {
 		const struct spec *sp = &u->abbrevs.specs[ab->first + i];
+		struct cval cv;
 		PyObject *key, *value;
 		int failed;
 
 		if (!sp->wanted)
 			continue;
-		if (!form_allowed(sp->attr, sp->form) || !(value = convert(u, sp, &raws[i]))) {
+		if (!form_allowed(sp->attr, sp->form) || cvalue(u, sp, &raws[i], &cv)) {
 			Py_DECREF(attrs);
 			return NULL;
 		}
-		key = PyLong_FromUnsignedLongLong(sp->attr);
+		value = cval_object(u->info->p, &cv, expr_type);
+		if (cv.kind == CV_STR)
+			Py_DECREF(cv.str);
+		key = value ? PyLong_FromUnsignedLongLong(sp->attr) : NULL;
 		failed = !key || PyDict_SetItem(attrs, key, value);
 		Py_XDECREF(key);
-		Py_DECREF(value);
+		Py_XDECREF(value);
 		if (failed) {
 			Py_DECREF(attrs);
 			return NULL;
@@ -807,106 +839,340 @@ static PyObject *attributes(struct unit *u, const struct abbrev *ab, const struc
 	return attrs;
 }
 
-/* The item reader.py makes of a child of ``items[which]``'s tag: (tag,
- * each of its attributes' values or None, ``kids``).  Every wanted
- * attribute is converted, as the Python decoder's attrs dict has them all;
- * NULL, with or without an exception set, where attributes() fails. */
-static PyObject *item(struct unit *u, const struct abbrev *ab, const struct raw *raws,
-		      int which, PyObject *kids)
+/* A DIE made in Python: a Die, with a list of children if its abbreviation
+ * has children (*children gets it, borrowed); NULL on failure. */
+static PyObject *make_die(const struct abbrev *ab, Py_ssize_t die_off, PyObject *attrs, int top,
+			  PyObject **children)
 {
-	int n = items[which].count;
-	PyObject *out = PyTuple_New(n + 2), *tag;
+	PyObject *args[5] = {
+		PyLong_FromSsize_t(die_off), PyLong_FromUnsignedLongLong(ab->tag), attrs,
+		top ? Py_True : Py_False, NULL,
+	};
+	size_t nargs = ab->has_children ? 5 : 4;
+	PyObject *die = NULL;
 
-	if (!out)
-		return NULL;
-	for (int k = 0; k < n; k++)
-		PyTuple_SET_ITEM(out, k + 1, Py_NewRef(Py_None));
-	PyTuple_SET_ITEM(out, n + 1, Py_NewRef(kids));
-	if (!(tag = PyLong_FromUnsignedLongLong(ab->tag)))
-		goto fail;
-	PyTuple_SET_ITEM(out, 0, tag);
+	if (ab->has_children)
+		args[4] = PyList_New(0);
+	if (args[0] && args[1] && (nargs < 5 || args[4]))
+		die = PyObject_Vectorcall(die_type, args, nargs, NULL);
+	*children = die ? args[4] : NULL;
+	Py_XDECREF(args[0]);
+	Py_XDECREF(args[1]);
+	Py_XDECREF(args[4]);            /* the Die holds it */
+	return die;
+}
+
+/* ---- the arena (_arena.h) ----------------------------------------------------- */
+
+/* The buffers of the last arena freed, for the next one: an object's are
+ * hundreds of kilobytes, whose growing and first touch took a tenth of
+ * the decoder's time.  Not those of an arena past SPARE_MAX bytes (of
+ * vmlinux.o, say), which a resident worker would hold on to. */
+#define SPARE_MAX ((Py_ssize_t)16 << 20)
+static struct {
+	struct entry *e;
+	struct cval *v;
+	int32_t *dies;
+	Py_ssize_t cap, capv, capd;
+} spare;
+
+static void arena_dealloc(Arena *a)
+{
+	for (Py_ssize_t i = 0; i < a->nv; i++)
+		if (a->v[i].kind == CV_STR)
+			Py_DECREF(a->v[i].str);
+	if (a->cap > spare.cap && a->capv > spare.capv && a->capd > spare.capd
+	    && a->cap * (Py_ssize_t)sizeof(*a->e) + a->capv * (Py_ssize_t)sizeof(*a->v)
+	       + a->capd * (Py_ssize_t)sizeof(*a->dies) <= SPARE_MAX) {
+		PyMem_Free(spare.e);
+		PyMem_Free(spare.v);
+		PyMem_Free(spare.dies);
+		spare.e = a->e;
+		spare.v = a->v;
+		spare.dies = a->dies;
+		spare.cap = a->cap;
+		spare.capv = a->capv;
+		spare.capd = a->capd;
+	} else {
+		PyMem_Free(a->e);
+		PyMem_Free(a->v);
+		PyMem_Free(a->dies);
+	}
+	if (a->info.obj)
+		PyBuffer_Release(&a->info);
+	Py_XDECREF(a->made);
+	Py_TYPE(a)->tp_free((PyObject *)a);
+}
+
+/* Room for one more of ``size`` bytes in *array of *cap (doubled); -1 on no memory. */
+static int grow(void **array, Py_ssize_t used, Py_ssize_t *cap, size_t size)
+{
+	Py_ssize_t more;
+	void *grown;
+
+	if (used < *cap)
+		return 0;
+	more = *cap ? 2 * *cap : 1024;
+	if (!(grown = PyMem_Realloc(*array, more * size))) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	*array = grown;
+	*cap = more;
+	return 0;
+}
+
+/* A new entry for a DIE or item at ``off`` with its wanted values: its
+ * index, or -1 where the decoder gives up (an error set only on a Python
+ * error). */
+static int32_t add_entry(Arena *a, struct unit *u, const struct abbrev *ab,
+			 const struct raw *raws, Py_ssize_t off, uint32_t flags)
+{
+	struct entry *e;
+
+	if (a->n >= INT32_MAX || grow((void **)&a->e, a->n, &a->cap, sizeof(*a->e)))
+		return -1;
+	e = &a->e[a->n];
+	*e = (struct entry){off, (uint32_t)ab->tag, flags, NONE, NONE, NONE, NONE, NONE,
+			    (uint32_t)a->nv, 0};
 	for (Py_ssize_t i = 0; i < ab->count; i++) {
 		const struct spec *sp = &u->abbrevs.specs[ab->first + i];
-		PyObject *value;
-		int k;
 
 		if (!sp->wanted)
 			continue;
-		if (!form_allowed(sp->attr, sp->form) || !(value = convert(u, sp, &raws[i])))
-			goto fail;
-		for (k = 0; k < n && items[which].attrs[k] != sp->attr; k++)
-			;
-		if (k == n) {
-			Py_DECREF(value);       /* wanted, but not an item's: converted only */
-			continue;
-		}
-		Py_DECREF(PyTuple_GET_ITEM(out, k + 1));
-		PyTuple_SET_ITEM(out, k + 1, value);
+		if (!form_allowed(sp->attr, sp->form) || a->nv >= UINT32_MAX
+		    || grow((void **)&a->v, a->nv, &a->capv, sizeof(*a->v))
+		    || cvalue(u, sp, &raws[i], &a->v[a->nv]))
+			return -1;
+		a->nv++;
+		e->nvals++;
 	}
+	return (int32_t)a->n++;
+}
+
+/* Entry ``child`` at the end of the children (or ``item``s) of entry ``parent``. */
+static void link_entry(Arena *a, int32_t parent, int32_t child, int item)
+{
+	struct entry *p = &a->e[parent];
+	int32_t *last = item ? &p->last_item : &p->last_child;
+
+	if (*last == NONE)
+		*(item ? &p->first_item : &p->first_child) = child;
+	else
+		a->e[*last].next = child;
+	*last = child;
+}
+
+static PyObject *materialize(Arena *a, int32_t idx);
+
+/* The Dies of a chain of DIE entries, as a new list. */
+static PyObject *chain_list(Arena *a, int32_t first)
+{
+	PyObject *list = PyList_New(0);
+
+	for (int32_t i = first; list && i != NONE; i = a->e[i].next) {
+		PyObject *die = materialize(a, i);
+
+		if (!die || PyList_Append(list, die))
+			Py_CLEAR(list);
+		Py_XDECREF(die);
+	}
+	return list;
+}
+
+/* The tuple reader.py makes of item entry ``idx``: (tag, each of
+ * ITEM_ATTRS' values or None, the Dies under it). */
+static PyObject *item_tuple(Arena *a, int32_t idx)
+{
+	const struct entry *e = &a->e[idx];
+	int which = item_of(e->tag), n = which < 0 ? 0 : items[which].count;
+	PyObject *out = PyTuple_New(n + 2), *v;
+
+	if (!out)
+		return NULL;
+	if (!(v = PyLong_FromUnsignedLong(e->tag)))
+		goto fail;
+	PyTuple_SET_ITEM(out, 0, v);
+	for (int k = 0; k < n; k++) {
+		const struct cval *cv = arena_attr(a, e, (uint32_t)items[which].attrs[k]);
+
+		if (!(v = cv ? cval_object(a->info.buf, cv, expr_type) : Py_NewRef(Py_None)))
+			goto fail;
+		PyTuple_SET_ITEM(out, k + 1, v);
+	}
+	if (!(v = e->flags & E_CHILDREN ? chain_list(a, e->first_child) : Py_NewRef(no_kids)))
+		goto fail;
+	PyTuple_SET_ITEM(out, n + 1, v);
 	return out;
 fail:
 	Py_DECREF(out);
 	return NULL;
 }
 
-/* An open parent: where a kept child goes (``children``; NULL: the parent
- * is not kept), and where an item goes (``items``; NULL: under an item,
- * whose children are DIEs, or under a DIE whose tag is not an item
- * parent's). */
-struct open {
-	PyObject *children, *items;
-};
-
-/* A kept DIE that is not an item: a Die, with a list of children if its
- * abbreviation has children, and of items too if its tag is an item
- * parent's (``open`` gets them), into ``dies`` and ``by_offset`` unless it
- * is the root; NULL on failure. */
-static PyObject *make_die(const struct abbrev *ab, Py_ssize_t die_off, PyObject *attrs, int top,
-			  struct open *open)
+/* The Die of DIE entry ``idx``, made once (a new reference). */
+static PyObject *materialize(Arena *a, int32_t idx)
 {
-	PyObject *args[6] = {
-		PyLong_FromSsize_t(die_off), PyLong_FromUnsignedLongLong(ab->tag), attrs,
-		top ? Py_True : Py_False, NULL, NULL,
-	};
+	const struct entry *e = &a->e[idx];
+	PyObject *key = PyLong_FromSsize_t(e->offset), *die, *args[6] = {NULL};
 	size_t nargs = 4;
-	PyObject *die = NULL;
 
-	*open = (struct open){NULL, NULL};
-	if (ab->has_children) {
-		open->children = args[4] = PyList_New(0);
+	if (!key)
+		return NULL;
+	if ((die = PyDict_GetItemWithError(a->made, key)) || PyErr_Occurred()) {
+		Py_DECREF(key);
+		return Py_XNewRef(die);
+	}
+	args[0] = Py_NewRef(key);
+	args[1] = PyLong_FromUnsignedLong(e->tag);
+	args[2] = PyDict_New();
+	args[3] = Py_NewRef(e->flags & E_TOP ? Py_True : Py_False);
+	for (uint32_t i = 0; args[2] && i < e->nvals; i++) {
+		const struct cval *cv = &a->v[e->first_val + i];
+		PyObject *k = PyLong_FromUnsignedLong(cv->attr), *v = cval_object(a->info.buf, cv, expr_type);
+
+		if (!k || !v || PyDict_SetItem(args[2], k, v))
+			Py_CLEAR(args[2]);
+		Py_XDECREF(k);
+		Py_XDECREF(v);
+	}
+	if (e->flags & E_CHILDREN) {
+		args[4] = chain_list(a, e->first_child);
 		nargs = 5;
-		if (bit(item_parents, ab->tag)) {
-			open->items = args[5] = PyList_New(0);
+		if (e->flags & E_ITEM_PARENT) {
+			args[5] = PyList_New(0);
 			nargs = 6;
+			for (int32_t i = e->first_item; args[5] && i != NONE; i = a->e[i].next) {
+				PyObject *it = item_tuple(a, i);
+
+				if (!it || PyList_Append(args[5], it))
+					Py_CLEAR(args[5]);
+				Py_XDECREF(it);
+			}
 		}
 	}
-	if (args[0] && args[1] && (nargs < 5 || args[4]) && (nargs < 6 || args[5]))
+	die = NULL;
+	if (args[1] && args[2] && (nargs < 5 || args[4]) && (nargs < 6 || args[5]))
 		die = PyObject_Vectorcall(die_type, args, nargs, NULL);
-	Py_XDECREF(args[0]);
-	Py_XDECREF(args[1]);
-	if (!die) {
-		Py_CLEAR(open->children);
-		Py_CLEAR(open->items);
-	}
+	for (size_t i = 0; i < 6; i++)
+		Py_XDECREF(args[i]);
+	if (die && PyDict_SetItem(a->made, key, die))
+		Py_CLEAR(die);
+	Py_DECREF(key);
 	return die;
 }
 
-static void close_parent(struct open *open)
+static PyObject *arena_die(Arena *a, PyObject *offset)
 {
-	Py_CLEAR(open->children);
-	Py_CLEAR(open->items);
+	uint64_t off;
+	int32_t idx;
+
+	if (!PyLong_Check(offset))
+		Py_RETURN_NONE;
+	off = PyLong_AsUnsignedLongLong(offset);
+	if (PyErr_Occurred()) {         /* negative, or past 64 bits: no DIE's */
+		PyErr_Clear();
+		Py_RETURN_NONE;
+	}
+	if ((idx = arena_find(a, off)) == NONE)
+		Py_RETURN_NONE;
+	return materialize(a, idx);
 }
 
-static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
+static PyObject *arena_dies(Arena *a, PyObject *args)
+{
+	Py_ssize_t first, end;
+	PyObject *list;
+
+	if (!PyArg_ParseTuple(args, "nn:dies", &first, &end))
+		return NULL;
+	if (first < 0 || end > a->ndies || first > end)
+		return PyErr_Format(PyExc_IndexError, "dies(%zd, %zd) of %zd", first, end, a->ndies);
+	if (!(list = PyList_New(0)))
+		return NULL;
+	for (Py_ssize_t i = first; i < end; i++) {
+		PyObject *die = materialize(a, a->dies[i]);
+
+		if (!die || PyList_Append(list, die)) {
+			Py_XDECREF(die);
+			Py_DECREF(list);
+			return NULL;
+		}
+		Py_DECREF(die);
+	}
+	return list;
+}
+
+static PyMethodDef arena_methods[] = {
+	{"die", (PyCFunction)arena_die, METH_O,
+	 "die(offset): the Die of the type DIE (or DIE under one) at offset, as reader.py's "
+	 "decoder makes it, made once; None if the arena has no DIE there."},
+	{"dies", (PyCFunction)arena_dies, METH_VARARGS,
+	 "dies(first, end): the Dies of the arena's DIEs first to end (a unit's first_type and "
+	 "end_type), in order."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject arena_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "objbtf.dwarf._dies.Arena",
+	.tp_basicsize = sizeof(Arena),
+	.tp_dealloc = (destructor)arena_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "The type DIEs of one object, kept in C (see _arena.h).",
+	.tp_methods = arena_methods,
+};
+
+/* A new arena, holding .debug_info's buffer ``info`` (taken over). */
+static Arena *new_arena(Py_buffer *info)
+{
+	Arena *a = PyObject_New(Arena, &arena_type);
+
+	if (!a) {
+		PyBuffer_Release(info);
+		return NULL;
+	}
+	a->e = spare.e;
+	a->v = spare.v;
+	a->dies = spare.dies;
+	a->cap = spare.cap;
+	a->capv = spare.capv;
+	a->capd = spare.capd;
+	memset(&spare, 0, sizeof(spare));
+	a->n = a->nv = a->ndies = 0;
+	a->info = *info;
+	if (!(a->made = PyDict_New())) {
+		Py_DECREF(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* ---- one unit (reader._read_unit) ------------------------------------------ */
+
+/* An open parent: a kept DIE made in Python (``children``, its list), an
+ * entry of the arena (``entry``), or neither (a DIE that is not kept). */
+struct open {
+	PyObject *children;
+	int32_t entry;
+};
+
+/* Whether the open entry ``idx`` takes items: a DIE (not an item) whose tag
+ * is an item parent's. */
+static int takes_items(const Arena *a, int32_t idx)
+{
+	return (a->e[idx].flags & (E_ITEM_PARENT | E_ITEM)) == E_ITEM_PARENT;
+}
+
+static PyObject *read_unit(struct unit *u, Arena *a, Py_ssize_t pos, Py_ssize_t end)
 {
 	const struct section *s = u->info;
 	PyObject *dies = PyList_New(0), *by_offset = PyDict_New(), *root = NULL;
-	PyObject *result = NULL, *no_kids = PyTuple_New(0);
+	PyObject *result = NULL;
 	struct open *stack = NULL;
 	struct raw *raws = NULL;
-	Py_ssize_t depth = 0, cap = 0, nraws = 0;
+	Py_ssize_t depth = 0, cap = 0, nraws = 0, first_type = a->ndies;
 
-	if (!dies || !by_offset || !no_kids)
+	if (!dies || !by_offset)
 		goto out;
 	for (Py_ssize_t c = 0; c < u->abbrevs.codes; c++)
 		if (u->abbrevs.by_code[c].count > nraws)
@@ -920,21 +1186,25 @@ static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 		uint64_t code;
 		const struct abbrev *ab;
 		const struct open *parent;
-		struct open opened = {NULL, NULL};
+		struct open opened = {NULL, NONE};
 		PyObject *attrs, *die, *key;
 		int keep, which;
+		int32_t idx;
 
 		if (read_uleb(s, &pos, &code))
 			goto out;
 		if (code == 0) {
-			if (depth)
-				close_parent(&stack[--depth]);
+			if (depth) {
+				depth--;        /* (Py_CLEAR names its argument twice) */
+				Py_CLEAR(stack[depth].children);
+			}
 			continue;
 		}
 		if (code >= (uint64_t)u->abbrevs.codes || !u->abbrevs.by_code[code].defined)
 			goto out;
 		ab = &u->abbrevs.by_code[code];
-		parent = depth && stack[depth - 1].children ? &stack[depth - 1] : NULL;
+		parent = depth && (stack[depth - 1].children || stack[depth - 1].entry != NONE)
+			 ? &stack[depth - 1] : NULL;
 		keep = bit(type_tags, ab->tag) || (parent && bit(child_tags, ab->tag))
 		       || (depth == 1 && bit(top_tags, ab->tag)) || !root;
 		if (ab->has_children && depth == cap) {
@@ -952,42 +1222,55 @@ static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 			if (skip_values(u, ab, &pos))
 				goto out;
 			if (ab->has_children)
-				stack[depth++] = (struct open){NULL, NULL};
+				stack[depth++] = (struct open){NULL, NONE};
 			continue;
 		}
 		if (decode_values(u, ab, &pos, raws) || (!root && unit_bases(u, ab, raws)))
 			goto out;
-		which = parent && parent->items ? item_of(ab->tag) : -1;
-		if (which >= 0) {
-			/* An item: into its parent's items; its children, if any, into a list of its own. */
-			PyObject *kids = ab->has_children ? PyList_New(0) : Py_NewRef(no_kids);
-			PyObject *it = kids ? item(u, ab, raws, which, kids) : NULL;
-			int failed = !it || PyList_Append(parent->items, it);
-
-			Py_XDECREF(it);
-			if (failed || !ab->has_children)
-				Py_XDECREF(kids);
-			else
-				stack[depth++] = (struct open){kids, NULL};
-			if (failed)
+		if (parent && parent->entry != NONE && takes_items(a, parent->entry)
+		    && (which = item_of(ab->tag)) >= 0) {
+			/* An item: into its parent's items; the DIEs under it, its own children. */
+			if ((idx = add_entry(a, u, ab, raws, die_off,
+					     E_ITEM | (ab->has_children ? E_CHILDREN : 0))) < 0)
 				goto out;
+			link_entry(a, parent->entry, idx, 1);
+			if (ab->has_children)
+				stack[depth++] = (struct open){NULL, idx};
 			continue;
 		}
+		if (root && ((parent && parent->entry != NONE) || bit(type_tags, ab->tag))) {
+			/* A type DIE, or a DIE under one: into the arena. */
+			uint32_t flags = (depth == 1 ? E_TOP : 0) | (ab->has_children ? E_CHILDREN : 0)
+					 | (bit(item_parents, ab->tag) ? E_ITEM_PARENT : 0);
+
+			if ((idx = add_entry(a, u, ab, raws, die_off, flags)) < 0
+			    || grow((void **)&a->dies, a->ndies, &a->capd, sizeof(*a->dies)))
+				goto out;
+			a->dies[a->ndies++] = idx;
+			if (parent && parent->entry != NONE)
+				link_entry(a, parent->entry, idx, 0);
+			if (ab->has_children)
+				stack[depth++] = (struct open){NULL, idx};
+			continue;
+		}
+		/* A DIE the encoder's Python code walks: a Die; the type DIEs under
+		 * it stay in the arena, not among its children. */
 		if (!(attrs = attributes(u, ab, raws)))
 			goto out;
-		die = make_die(ab, die_off, attrs, depth == 1, &opened);
+		die = make_die(ab, die_off, attrs, depth == 1, &opened.children);
 		Py_DECREF(attrs);
 		if (!die)
 			goto out;
+		Py_XINCREF(opened.children);
 		if (!root) {
 			root = die;
 		} else {
 			key = PyLong_FromSsize_t(die_off);
 			if (!key || PyList_Append(dies, die) || PyDict_SetItem(by_offset, key, die)
-			    || (parent && PyList_Append(parent->children, die))) {
+			    || (parent && parent->children && PyList_Append(parent->children, die))) {
 				Py_XDECREF(key);
 				Py_DECREF(die);
-				close_parent(&opened);
+				Py_XDECREF(opened.children);
 				goto out;
 			}
 			Py_DECREF(key);
@@ -998,19 +1281,19 @@ static PyObject *read_unit(struct unit *u, Py_ssize_t pos, Py_ssize_t end)
 	}
 	if (pos > end || !root)
 		goto out;
-	result = PyObject_CallFunction(unit_type, "KiiOOOKO", (unsigned long long)u->cu_offset,
+	result = PyObject_CallFunction(unit_type, "KiiOOOKOOnn", (unsigned long long)u->cu_offset,
 				       u->version, u->addr_size, root, dies, by_offset,
 				       (unsigned long long)u->addr_base,
-				       u->abbrevs.annotated ? Py_True : Py_False);
+				       u->abbrevs.annotated ? Py_True : Py_False, (PyObject *)a,
+				       first_type, a->ndies);
 out:
-	while (depth)
-		close_parent(&stack[--depth]);
+	while (depth-- > 0)
+		Py_CLEAR(stack[depth].children);
 	PyMem_Free(stack);
 	PyMem_Free(raws);
 	Py_XDECREF(root);
 	Py_XDECREF(dies);
 	Py_XDECREF(by_offset);
-	Py_XDECREF(no_kids);
 	return result;
 }
 
@@ -1073,6 +1356,7 @@ static PyObject *read_units(PyObject *self, PyObject *args)
 	struct strings strings = {0};
 	int big, n = 0;
 	PyObject *units = NULL;
+	Arena *arena = NULL;
 	Py_ssize_t pos = 0;
 
 	if (!die_type) {
@@ -1085,7 +1369,9 @@ static PyObject *read_units(PyObject *self, PyObject *args)
 		return NULL;
 	for (n = 0; n < 6; n++)
 		sec[n] = (struct section){b[n].buf, b[n].len};
-	if (!(units = PyList_New(0)))
+	arena = new_arena(&b[0]);       /* which holds .debug_info's buffer from here on */
+	memset(&b[0], 0, sizeof(b[0]));
+	if (!arena || !(units = PyList_New(0)))
 		goto out;
 	while (pos + 11 <= sec[0].n) {
 		struct unit u = {.info = &sec[0], .str = &sec[2], .line_str = &sec[3],
@@ -1106,7 +1392,7 @@ static PyObject *read_units(PyObject *self, PyObject *args)
 				goto give_up;
 			failed = parse_abbrevs(&sec[1], (Py_ssize_t)abbrev_off, u.addr_size, u.off_size,
 					       u.version, &u.abbrevs);
-			unit = failed ? NULL : read_unit(&u, die_pos, end);
+			unit = failed ? NULL : read_unit(&u, arena, die_pos, end);
 			free_abbrevs(&u.abbrevs);
 			if (failed == -2) {
 				PyErr_NoMemory();
@@ -1134,6 +1420,7 @@ give_up:
 	}
 out:
 	free_strings(&strings);
+	Py_XDECREF(arena);              /* the units hold it */
 	for (n = 0; n < 6; n++)
 		if (b[n].obj)
 			PyBuffer_Release(&b[n]);
@@ -1158,5 +1445,13 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__dies(void)
 {
-	return PyModule_Create(&module);
+	PyObject *m;
+
+	if (PyType_Ready(&arena_type) < 0 || !(m = PyModule_Create(&module)))
+		return NULL;
+	if (PyModule_AddObjectRef(m, "Arena", (PyObject *)&arena_type) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
 }

@@ -20,8 +20,9 @@ from . import constants as C
 from .reader import (
     E_NAME, E_VALUE, I_TAG, M_BIT_OFFSET, M_BIT_SIZE, M_BYTE_SIZE, M_CHILDREN, M_DATA_BIT_OFFSET,
     M_LOCATION, M_NAME, M_TYPE, P_ABSTRACT_ORIGIN, P_NAME, P_SPECIFICATION, P_TYPE, TYPE_TAGS,
-    CompileUnit, Die, Expr, read_uleb,
+    CompileUnit, Die, DieMap, Expr, read_uleb,
 )
+from . import reader
 
 _REF_KIND: Final = {
     C.TAG_pointer_type: Kind.PTR, C.TAG_const_type: Kind.CONST,
@@ -47,8 +48,7 @@ class Annotation(NamedTuple):
 class CuLoader:
     """Encodes one compile unit's types into ``btf`` and maps DIEs to ids."""
 
-    def __init__(self, cu: CompileUnit, btf: Btf, features: Features,
-                 dies: dict[int, Die]):
+    def __init__(self, cu: CompileUnit, btf: Btf, features: Features, dies: DieMap):
         self.cu = cu
         self.btf = btf
         self.f = features
@@ -101,13 +101,14 @@ class CuLoader:
 
     def load_types(self) -> None:
         """Encode every type DIE of the unit, in DWARF order: in C with the
-        compiled build (``_loader.c``: the same types and ids in about 0.7
-        of the time), which leaves whatever it does not expect to
-        ``_load_types``."""
-        if _C is not None:
-            made = _C.load_types(self.cu.dies, self.dies, self.btf.next_id,
-                                 self.cu.address_size, self.btf.byteorder == 'big',
-                                 self.cu.annotated and self.f.type_tag, self.f)
+        compiled build (``_loader.c``, from the type DIEs the C decoder
+        keeps in C: the same types and ids in a fraction of the time), which
+        leaves whatever it does not expect to ``_load_types``."""
+        cu = self.cu
+        if _C is not None and cu.types is not None:
+            made = _C.load_types(cu.types, cu.first_type, cu.end_type, self.btf.next_id,
+                                 cu.address_size, self.btf.byteorder == 'big',
+                                 cu.annotated and self.f.type_tag, self.f)
             if made is not None:
                 self.ids, types, self.index_type = made
                 self.btf.types.extend(types)
@@ -122,7 +123,8 @@ class CuLoader:
         ARRAY index type is the unit's ``int``, or one added after the unit's
         types when it has none, as pahole does.
         """
-        type_dies = [d for d in self.cu.dies if d.tag in TYPE_TAGS and d.tag not in _TRANSPARENT]
+        type_dies = [d for d in self.cu.all_dies()
+                     if d.tag in TYPE_TAGS and d.tag not in _TRANSPARENT]
         tags_of: dict[int, list[Die]] = {}
         next_id = self.btf.next_id
         has_array = False
@@ -339,7 +341,7 @@ class CuLoader:
         """DECL_TAGs of structs, unions (and their members) and typedefs."""
         if not self.f.decl_tag or not self.cu.annotated:
             return
-        for die in self.cu.dies:
+        for die in self.cu.all_dies():
             if die.tag not in (C.TAG_structure_type, C.TAG_union_type, C.TAG_typedef):
                 continue
             tags = self._tags_with_components(
@@ -379,12 +381,13 @@ def _text(v) -> str:
 
 def _c_loader() -> Any:
     """objbtf.dwarf._loader, told what this loader makes, when the compiled
-    build runs and has it; else None."""
+    build runs and has it and the C decoder (whose arenas it reads); else
+    None."""
     loader = c_extension('objbtf.dwarf._loader')
-    if loader is None:
+    if loader is None or reader._C is None:
         return None
     loader.init(new_type, [i.kind for i in KINDS], Member, Param, Enumerator,
-                Expr, base_type, enum_type, declared_enum)
+                Expr, base_type, enum_type, declared_enum, reader._C.Arena)
     return loader
 
 

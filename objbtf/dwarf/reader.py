@@ -179,13 +179,21 @@ class CompileUnit:
 
     ``annotated`` says whether it has any DW_TAG_LLVM_annotation (clang's
     btf_type_tag / btf_decl_tag): without, the loader need not look.
+
+    The C decoder (``_dies.c``) keeps the type DIEs, and the DIEs under
+    them, in C: in ``types``, the object's ``_dies.Arena``, whose DIEs
+    ``first_type`` to ``end_type`` are this unit's.  ``dies`` and
+    ``by_offset`` then hold the others (the children of a Die here leave
+    out the type DIEs under it too), and ``all_dies`` makes the whole list.
+    From the Python decoder ``types`` is None.
     """
     __slots__ = ('offset', 'version', 'address_size', 'die', 'dies', 'by_offset', 'addr_base',
-                 'annotated')
+                 'annotated', 'types', 'first_type', 'end_type')
 
     def __init__(self, offset: int, version: int, address_size: int, die: Die,
                  dies: list[Die], by_offset: dict[int, Die], addr_base: int = 0,
-                 annotated: bool = False):
+                 annotated: bool = False, types: Any = None, first_type: int = 0,
+                 end_type: int = 0):
         self.offset = offset
         self.version = version
         self.address_size = address_size
@@ -194,6 +202,51 @@ class CompileUnit:
         self.by_offset = by_offset
         self.addr_base = addr_base
         self.annotated = annotated
+        self.types = types
+        self.first_type = first_type
+        self.end_type = end_type
+
+    def all_dies(self) -> list[Die]:
+        """Every kept DIE of the unit in order, as the Python decoder lists
+        them: the type DIEs kept in C made Dies too (once)."""
+        if self.types is None:
+            return self.dies
+        return sorted([*self.dies, *self.types.dies(self.first_type, self.end_type)],
+                      key=_offset)
+
+
+def _offset(die: Die) -> int:
+    return die.offset
+
+
+class DieMap:
+    """The kept DIEs of an object by offset, across its units: those made
+    in Python (``python``), then those the C decoder keeps in C
+    (``types``, made Dies on first use)."""
+    __slots__ = ('python', 'types')
+
+    def __init__(self, python: dict[int, Die], types: Any = None):
+        self.python = python
+        self.types = types
+
+    def get(self, offset: Any) -> Die | None:
+        die = self.python.get(offset)
+        if die is None and self.types is not None:
+            die = self.types.die(offset)
+        return die
+
+
+def die_map(units: list[CompileUnit]) -> DieMap:
+    """Every kept DIE of ``units`` (one object's) by offset, for references
+    across units: a kernel object has one unit, whose own table is that,
+    not a copy of it."""
+    types = units[0].types if units else None
+    if len(units) == 1:
+        return DieMap(units[0].by_offset, types)
+    merged: dict[int, Die] = {}
+    for cu in units:
+        merged.update(cu.by_offset)
+    return DieMap(merged, types)
 
 
 class DebugSections:

@@ -24,7 +24,7 @@ from ..dwarf.loader import CuLoader
 from ..dwarf.locations import (
     NR_REGISTER_PARAMS, REGISTER_PARAMS, Locations, location_register, parameter_register,
 )
-from ..dwarf.reader import CompileUnit, DebugSections, Die, Expr, read_uleb, read_units
+from ..dwarf.reader import DebugSections, Die, Expr, die_map, read_uleb, read_units
 from ..elf.consts import SHN_LORESERVE
 from ..elf.addrtable import SECTION as ADDR_TABLE, encode_table
 from ..elf.reader import ElfFile, Symbol
@@ -125,7 +125,7 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
     """The types of an object that has DWARF, loaded from it."""
     secs = debug_sections(elf)
     units = read_units(secs)
-    all_dies = _all_dies(units)
+    all_dies = die_map(units)
     symbols = elf.symbols()
     btf = Btf(byteorder=elf.byteorder)
     places = _Placer(elf, symbols)
@@ -188,17 +188,6 @@ def load_assembly(elf: ElfFile) -> Loaded:
         btf.add(BtfType(Kind.FUNC, s.name, type=proto))
         facts[s.name] = FACT_WEAK if s.name in weak else 0
     return Loaded(btf, {}, len(facts), 0, {n: f for n, f in facts.items() if f}, [])
-
-
-def _all_dies(units: list[CompileUnit]) -> dict[int, Die]:
-    """Every kept DIE by offset, for references across units: a kernel
-    object has one unit, whose own table is that, not a copy of it."""
-    if len(units) == 1:
-        return units[0].by_offset
-    merged: dict[int, Die] = {}
-    for cu in units:
-        merged.update(cu.by_offset)
-    return merged
 
 
 def finish_encoding(btf: Btf, elf: ElfFile, entries: dict[int, list[tuple[VarPlacement, int]]],
