@@ -125,7 +125,7 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
     """The types of an object that has DWARF, loaded from it."""
     secs = debug_sections(elf)
     units = read_units(secs)
-    all_dies = die_map(units)
+    dies = die_map(units)
     symbols = elf.symbols()
     btf = Btf(byteorder=elf.byteorder)
     places = _Placer(elf, symbols)
@@ -133,7 +133,7 @@ def load_dwarf(elf: ElfFile, features: Features) -> Loaded:
     entries: dict[int, list[tuple[VarPlacement, int]]] = {}
     n_vars = 0
     for cu in units:
-        loader = CuLoader(cu, btf, features, all_dies)
+        loader = CuLoader(cu, btf, features, dies)
         loader.load_types()
         loader.add_type_decl_tags()
         functions.add(loader, cu)
