@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from conftest import C_FIXTURES, compile_c
 from kernel_tree import objects
@@ -27,7 +28,7 @@ from objbtf.dwarf import constants as C
 from objbtf.dwarf import loader as loader_module
 from objbtf.dwarf.loader import CuLoader
 from objbtf.dwarf.reader import (
-    M_LOCATION, DebugSections, DwarfError, Expr, decode_units, die_map, read_units,
+    M_LOCATION, DebugSections, DwarfError, Expr, decode_units, die_map, read_units, read_uleb,
 )
 from objbtf.elf.reader import ElfFile
 from objbtf.encode.encoder import debug_sections, has_dwarf
@@ -181,6 +182,83 @@ def c_outcome(secs: DebugSections):
     except Exception as err:
         return type(err)
     return [t.key() for t in btf.types]
+
+
+def kinds_dies(path: Path) -> list:
+    """pyelftools' DIEs of a one-unit object (with each attribute's offset
+    in .debug_info, which objbtf's decoders do not keep), and its unit."""
+    with open(path, 'rb') as f:
+        cu = next(ELFFile(f).get_dwarf_info().iter_CUs())
+        return list(cu.iter_DIEs()), cu
+
+
+def patched(data: bytes, at: int, value: bytes) -> bytes:
+    return data[:at] + value + data[at + len(value):]
+
+
+def test_a_reference_to_no_type_is_left_to_python(tmp_path):
+    """A member whose type is a function DIE (its DW_AT_type rewritten in
+    .debug_info): the Python loader names it (LoadError); the C gives up
+    instead of guessing, and load_types raises the Python's error."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-gdwarf-5')
+    dies, cu = kinds_dies(obj)
+    function = next(d for d in dies if d.tag == 'DW_TAG_subprogram')
+    member_type = next(d.attributes['DW_AT_type'] for d in dies if d.tag == 'DW_TAG_member'
+                       and d.attributes['DW_AT_type'].form == 'DW_FORM_ref4')
+    secs = sections_of(obj)
+    secs.info = patched(secs.info, member_type.offset,
+                        (function.offset - cu.cu_offset).to_bytes(4, 'little'))
+    units = read_units(secs)
+    assert c_load(units[0], Btf(byteorder=secs.byteorder)) is None
+    assert python_outcome(secs) is loader_module.LoadError
+    assert c_outcome(secs) is loader_module.LoadError
+
+
+def abbreviation_attr(abbrev: bytes, table: int, code: int, attr: int) -> int:
+    """Where in .debug_abbrev the abbreviation ``code`` of the table at
+    ``table`` names attribute ``attr`` (a one-byte ULEB128)."""
+    pos = table
+    while True:
+        this, pos = read_uleb(abbrev, pos)
+        _, pos = read_uleb(abbrev, pos)             # its tag
+        pos += 1                                    # the children flag
+        while True:
+            at = pos
+            name, pos = read_uleb(abbrev, pos)
+            form, pos = read_uleb(abbrev, pos)
+            if name == form == 0:
+                break
+            if form == 0x21:                        # DW_FORM_implicit_const's value
+                _, pos = read_uleb(abbrev, pos)
+            if this == code and name == attr:
+                assert abbrev[at] == attr < 0x80
+                return at
+        assert this != code, f'abbreviation {code} has no attribute 0x{attr:x}'
+
+
+@pytest.mark.parametrize('reference', [C.AT_specification, C.AT_abstract_origin])
+def test_a_parameter_named_through_another_die_is_left_to_python(tmp_path, reference):
+    """A function type's parameter (an item) whose type is given, instead,
+    as a specification or an abstract origin (its abbreviation's DW_AT_type
+    renamed in .debug_abbrev; compilers write neither there): the C gives
+    up, and the Python follows the reference to the DIE it names, as it
+    does for a function's parameters (DIEs)."""
+    obj = compile_c('gcc', C_FIXTURES / 'kinds.c', tmp_path / 'kinds.o', '-gdwarf-5')
+    dies, cu = kinds_dies(obj)
+    proto = next(d for d in dies if d.tag == 'DW_TAG_subroutine_type' and d.has_children)
+    param = next(c for c in proto.iter_children() if c.tag == 'DW_TAG_formal_parameter')
+    secs = sections_of(obj)
+    at = abbreviation_attr(secs.abbrev, cu['debug_abbrev_offset'], param.abbrev_code, C.AT_type)
+    secs.abbrev = patched(secs.abbrev, at, bytes([reference]))
+    units = read_units(secs)
+    assert c_load(units[0], Btf(byteorder=secs.byteorder)) is None
+    assert c_outcome(secs) == python_outcome(secs)
+    pure = decode_units(secs)
+    loader = CuLoader(pure[0], Btf(byteorder=secs.byteorder), FEATURES, die_map(pure))
+    loader._load_types()
+    named = pure[0].by_offset[param.attributes['DW_AT_type'].value + cu.cu_offset]
+    assert loader.params(pure[0].by_offset[proto.offset])[0] == (
+        named.attrs.get(C.AT_name, ''), loader.ref(named.attrs.get(C.AT_type)))
 
 
 def c_gives_up(secs: DebugSections) -> bool:
