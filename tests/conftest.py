@@ -78,6 +78,16 @@ def compile_c(compiler: str, src: Path, out: Path, *flags: str) -> Path:
     return out
 
 
+def nested_unions(path: Path, depth: int = 80) -> Path:
+    """A C file of one struct holding ``depth`` anonymous unions, each in
+    the last: clang nests their DIEs as deep (gcc puts them side by side),
+    past the 64 open DIEs a decoder's stack first holds."""
+    opened = ''.join(f'{{ int a{i}; union ' for i in range(depth))
+    closed = ''.join(f' }} u{i};' for i in range(depth - 1, 0, -1))
+    path.write_text(f'struct deep {opened}{{ int z; }} u{depth};{closed} }};\nstruct deep d;\n')
+    return path
+
+
 def encoded_c(compiler: str, src: Path, out: Path, features: str = 'default,global_var',
               *flags: str) -> Path:
     """``src`` compiled (``compile_c``) and encoded with ``features``."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import C_FIXTURES, compile_c
+from conftest import C_FIXTURES, compile_c, nested_unions
 from kernel_tree import objects
 
 import objbtf
@@ -135,6 +135,13 @@ def test_fixture_in_every_flavour(tmp_path, flavour):
     secs = sections_of(obj)
     assert secs.byteorder == ('big' if 's390x' in flavour else 'little')
     assert assert_same_load(secs, flavour) == 0
+
+
+def test_type_dies_nested_deeper_than_the_first_stack(tmp_path):
+    """Eighty anonymous unions, each in the last (clang nests their DIEs
+    as deep): the same types and ids as the Python loader's."""
+    obj = compile_c('clang', nested_unions(tmp_path / 'deep.c'), tmp_path / 'deep.o')
+    assert assert_same_load(sections_of(obj), 'deep.c') == 0
 
 
 def test_dwarf_2_member_locations_are_left_to_python(tmp_path):

@@ -8,11 +8,14 @@ and ``read_units`` decodes in Python, with the Python decoder's error.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import C_FIXTURES, compile_c
+from conftest import C_FIXTURES, compile_c, nested_unions
 
 import objbtf
 from objbtf.btf.types import gc_paused
@@ -139,6 +142,36 @@ def test_the_c_decoder_gives_the_python_decoders_units(c_decoder, tmp_path, vari
         src = tmp_path / source
         src.write_text(EXTREMES)
     assert_same_units(c_decoder, compile_c(compiler, src, tmp_path / 'out.o', *flags))
+
+
+@pytest.mark.parametrize('variant', ['clang-dwarf4', 'clang-dwarf5'])
+def test_type_dies_nested_deeper_than_the_first_stack(c_decoder, tmp_path, variant):
+    """Eighty anonymous unions, each in the last, which clang nests as
+    deep: the decoder's stack of open DIEs grows while a type DIE's
+    children are being linked.  Also decoded in a child whose allocator
+    fills freed memory (PYTHONMALLOC=debug), where a pointer into the
+    stack from before it grew reads garbage."""
+    compiler, *flags = VARIANTS[variant]
+    obj = compile_c(compiler, nested_unions(tmp_path / 'deep.c'), tmp_path / 'deep.o', *flags)
+
+    def nesting(die: Die) -> int:
+        return 1 + max([nesting(c) for c in die.children], default=0)
+    assert max(nesting(d) for d in decode_units(sections_of(obj))[0].dies) > 64
+    assert_same_units(c_decoder, obj)
+    count = ('import sys\n'
+             'from objbtf.elf.reader import ElfFile\n'
+             'from objbtf.encode.encoder import debug_sections\n'
+             'from objbtf.dwarf.reader import _C\n'
+             'with ElfFile.open(sys.argv[1]) as elf:\n'
+             '    s = debug_sections(elf)\n'
+             '    units = _C.read_units(s.info, s.abbrev, s.str, s.line_str, s.str_offsets,\n'
+             '                          s.loclists, False)\n'
+             'print(sum(len(u.all_dies()) for u in units))\n')
+    child = subprocess.run([sys.executable, '-c', count, str(obj)], capture_output=True,
+                           text=True, env={**os.environ, 'PYTHONMALLOC': 'debug'})
+    assert child.returncode == 0, child.stderr[-2000:]
+    expected = sum(len(u.all_dies()) for u in c_units(c_decoder, sections_of(obj)))
+    assert child.stdout.strip() == str(expected)
 
 
 def test_the_c_decoder_gives_every_kernel_objects_units(c_decoder, kernel_build, kernel_sample):

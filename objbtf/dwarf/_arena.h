@@ -15,7 +15,7 @@
  * and parameters a type DIE holds), in .debug_info order.  Each has the
  * values of its wanted attributes as reader.py converts them (struct cval),
  * its children (kept DIEs) and items as chains of entry indices.  ``dies``
- * lists the DIE entries, in offset order, which find() searches.
+ * lists the DIE entries, in offset order, which arena_find() searches.
  */
 #ifndef OBJBTF_ARENA_H
 #define OBJBTF_ARENA_H
@@ -53,7 +53,6 @@ struct entry {
 	Py_ssize_t offset;
 	uint32_t tag, flags;
 	int32_t first_child, first_item, next;  /* chains of entry indices; NONE ends one */
-	int32_t last_child, last_item;          /* where the decoder appends */
 	uint32_t first_val, nvals;
 };
 

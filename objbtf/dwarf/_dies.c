@@ -933,8 +933,7 @@ static int32_t add_entry(Arena *a, struct unit *u, const struct abbrev *ab,
 	if (a->n >= INT32_MAX || grow((void **)&a->e, a->n, &a->cap, sizeof(*a->e)))
 		return -1;
 	e = &a->e[a->n];
-	*e = (struct entry){off, (uint32_t)ab->tag, flags, NONE, NONE, NONE, NONE, NONE,
-			    (uint32_t)a->nv, 0};
+	*e = (struct entry){off, (uint32_t)ab->tag, flags, NONE, NONE, NONE, (uint32_t)a->nv, 0};
 	for (Py_ssize_t i = 0; i < ab->count; i++) {
 		const struct spec *sp = &u->abbrevs.specs[ab->first + i];
 
@@ -950,11 +949,20 @@ static int32_t add_entry(Arena *a, struct unit *u, const struct abbrev *ab,
 	return (int32_t)a->n++;
 }
 
-/* Entry ``child`` at the end of the children (or ``item``s) of entry ``parent``. */
-static void link_entry(Arena *a, int32_t parent, int32_t child, int item)
+/* An open parent: a kept DIE made in Python (``children``, its list), an
+ * entry of the arena (``entry``, and the last of its children and items so
+ * far, where the next is linked), or neither (a DIE that is not kept). */
+struct open {
+	PyObject *children;
+	int32_t entry, last_child, last_item;
+};
+
+/* Entry ``child`` at the end of the children (or ``item``s) of the open
+ * arena entry ``parent``. */
+static void link_entry(Arena *a, struct open *parent, int32_t child, int item)
 {
-	struct entry *p = &a->e[parent];
-	int32_t *last = item ? &p->last_item : &p->last_child;
+	struct entry *p = &a->e[parent->entry];
+	int32_t *last = item ? &parent->last_item : &parent->last_child;
 
 	if (*last == NONE)
 		*(item ? &p->first_item : &p->first_child) = child;
@@ -1149,13 +1157,6 @@ static Arena *new_arena(Py_buffer *info)
 
 /* ---- one unit (reader._read_unit) ------------------------------------------ */
 
-/* An open parent: a kept DIE made in Python (``children``, its list), an
- * entry of the arena (``entry``), or neither (a DIE that is not kept). */
-struct open {
-	PyObject *children;
-	int32_t entry;
-};
-
 /* Whether the open entry ``idx`` takes items: a DIE (not an item) whose tag
  * is an item parent's. */
 static int takes_items(const Arena *a, int32_t idx)
@@ -1185,10 +1186,9 @@ static PyObject *read_unit(struct unit *u, Arena *a, Py_ssize_t pos, Py_ssize_t 
 		Py_ssize_t die_off = pos;
 		uint64_t code;
 		const struct abbrev *ab;
-		const struct open *parent;
-		struct open opened = {NULL, NONE};
+		struct open *parent, opened = {NULL, NONE, NONE, NONE};
 		PyObject *attrs, *die, *key;
-		int keep, which;
+		int keep, in_arena;
 		int32_t idx;
 
 		if (read_uleb(s, &pos, &code))
@@ -1203,10 +1203,6 @@ static PyObject *read_unit(struct unit *u, Arena *a, Py_ssize_t pos, Py_ssize_t 
 		if (code >= (uint64_t)u->abbrevs.codes || !u->abbrevs.by_code[code].defined)
 			goto out;
 		ab = &u->abbrevs.by_code[code];
-		parent = depth && (stack[depth - 1].children || stack[depth - 1].entry != NONE)
-			 ? &stack[depth - 1] : NULL;
-		keep = bit(type_tags, ab->tag) || (parent && bit(child_tags, ab->tag))
-		       || (depth == 1 && bit(top_tags, ab->tag)) || !root;
 		if (ab->has_children && depth == cap) {
 			Py_ssize_t more = cap ? 2 * cap : 64;
 			struct open *grown = PyMem_Realloc(stack, more * sizeof(*stack));
@@ -1218,27 +1214,32 @@ static PyObject *read_unit(struct unit *u, Arena *a, Py_ssize_t pos, Py_ssize_t 
 			stack = grown;
 			cap = more;
 		}
+		/* (after the stack grew: ``parent`` points into it) */
+		parent = depth && (stack[depth - 1].children || stack[depth - 1].entry != NONE)
+			 ? &stack[depth - 1] : NULL;
+		in_arena = parent && parent->entry != NONE;
+		keep = bit(type_tags, ab->tag) || (parent && bit(child_tags, ab->tag))
+		       || (depth == 1 && bit(top_tags, ab->tag)) || !root;
 		if (!keep) {
 			if (skip_values(u, ab, &pos))
 				goto out;
 			if (ab->has_children)
-				stack[depth++] = (struct open){NULL, NONE};
+				stack[depth++] = (struct open){NULL, NONE, NONE, NONE};
 			continue;
 		}
 		if (decode_values(u, ab, &pos, raws) || (!root && unit_bases(u, ab, raws)))
 			goto out;
-		if (parent && parent->entry != NONE && takes_items(a, parent->entry)
-		    && (which = item_of(ab->tag)) >= 0) {
+		if (in_arena && takes_items(a, parent->entry) && item_of(ab->tag) >= 0) {
 			/* An item: into its parent's items; the DIEs under it, its own children. */
 			if ((idx = add_entry(a, u, ab, raws, die_off,
 					     E_ITEM | (ab->has_children ? E_CHILDREN : 0))) < 0)
 				goto out;
-			link_entry(a, parent->entry, idx, 1);
+			link_entry(a, parent, idx, 1);
 			if (ab->has_children)
-				stack[depth++] = (struct open){NULL, idx};
+				stack[depth++] = (struct open){NULL, idx, NONE, NONE};
 			continue;
 		}
-		if (root && ((parent && parent->entry != NONE) || bit(type_tags, ab->tag))) {
+		if (root && (in_arena || bit(type_tags, ab->tag))) {
 			/* A type DIE, or a DIE under one: into the arena. */
 			uint32_t flags = (depth == 1 ? E_TOP : 0) | (ab->has_children ? E_CHILDREN : 0)
 					 | (bit(item_parents, ab->tag) ? E_ITEM_PARENT : 0);
@@ -1247,10 +1248,10 @@ static PyObject *read_unit(struct unit *u, Arena *a, Py_ssize_t pos, Py_ssize_t 
 			    || grow((void **)&a->dies, a->ndies, &a->capd, sizeof(*a->dies)))
 				goto out;
 			a->dies[a->ndies++] = idx;
-			if (parent && parent->entry != NONE)
-				link_entry(a, parent->entry, idx, 0);
+			if (in_arena)
+				link_entry(a, parent, idx, 0);
 			if (ab->has_children)
-				stack[depth++] = (struct open){NULL, idx};
+				stack[depth++] = (struct open){NULL, idx, NONE, NONE};
 			continue;
 		}
 		/* A DIE the encoder's Python code walks: a Die; the type DIEs under

@@ -123,6 +123,20 @@ static int referenced(const struct loader *l, const struct cval *v, int32_t *idx
 	return *idx == NONE ? GIVE_UP : OK;
 }
 
+/* The DIE entry a type's reference ``v`` names, as CuLoader.type_size and
+ * _underlying_signed find it: into *idx, NONE for none (absent, or 0);
+ * GIVE_UP for a value that is no integer (the compiled loader raises
+ * TypeError) or a DIE the arena has not. */
+static int referenced_type(const struct loader *l, const struct cval *v, int32_t *idx)
+{
+	*idx = NONE;
+	if (v && !cval_is_int(v))
+		return GIVE_UP;
+	if (!v || !cval_truth(v))
+		return OK;
+	return referenced(l, v, idx);
+}
+
 /* The attribute of entry ``idx`` or of its specification or abstract
  * origin (CuLoader.origin_attr), into *out (NULL without one). */
 static int origin_attr(const struct loader *l, int32_t idx, uint32_t a, const struct cval **out)
@@ -205,14 +219,8 @@ static int type_size(const struct loader *l, const struct cval *v, int depth, in
 	int r;
 
 	*out = 0;
-	if (v && !cval_is_int(v))
-		return GIVE_UP;         /* the compiled loader raises TypeError */
-	if (!v || !cval_truth(v))
-		return OK;
-	if (referenced(l, v, &idx))
-		return GIVE_UP;
-	if (depth > 32)
-		return OK;
+	if ((r = referenced_type(l, v, &idx)) || idx == NONE || depth > 32)
+		return r;
 	if ((size = attr(l, idx, AT_BYTE_SIZE)))
 		return small_int(size, out) ? OK : GIVE_UP;
 	switch (at(l, idx)->tag) {
@@ -377,14 +385,11 @@ static int underlying_signed(const struct loader *l, const struct cval *v, int *
 	const struct cval *enc;
 	int32_t idx;
 	int64_t e;
+	int r;
 
 	*out = 0;
-	if (v && !cval_is_int(v))
-		return GIVE_UP;
-	if (!v || !cval_truth(v))
-		return OK;
-	if (referenced(l, v, &idx))
-		return GIVE_UP;
+	if ((r = referenced_type(l, v, &idx)) || idx == NONE)
+		return r;
 	if (!(enc = attr(l, idx, AT_ENCODING)))
 		return OK;
 	if (!small_int(enc, &e))
